@@ -1,0 +1,44 @@
+"""Stable-Baselines3 PPO with the same settings as this project's scripts, for speed comparisons.
+
+    pip install -r benchmarks/requirements.txt
+    python benchmarks/sb3_ppo.py --env-id CartPole-v1 --total-timesteps 100000
+"""
+
+import argparse
+
+import torch.nn as nn
+from stable_baselines3 import PPO
+from stable_baselines3.common.env_util import make_vec_env
+
+# CleanRL's CartPole defaults, as in ppo_discrete.py: 4 envs x 128 steps, 4 minibatches, 4 epochs, 64-64 tanh.
+DISCRETE = dict(num_envs=4, n_steps=128, num_minibatches=4, n_epochs=4, learning_rate=2.5e-4, ent_coef=0.01)
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--env-id", default="CartPole-v1")
+    parser.add_argument("--total-timesteps", type=int, default=100000)
+    parser.add_argument("--seed", type=int, default=1)
+    cli = parser.parse_args()
+
+    config = DISCRETE
+    envs = make_vec_env(cli.env_id, n_envs=config["num_envs"], seed=cli.seed)
+    batch_size = config["num_envs"] * config["n_steps"]
+    model = PPO(
+        "MlpPolicy",
+        envs,
+        n_steps=config["n_steps"],
+        batch_size=batch_size // config["num_minibatches"],
+        n_epochs=config["n_epochs"],
+        learning_rate=lambda progress: progress * config["learning_rate"],  # linear annealing, as ours
+        gamma=0.99,
+        gae_lambda=0.95,
+        clip_range=0.2,
+        clip_range_vf=0.2,  # ours clips the value loss too
+        ent_coef=config["ent_coef"],
+        vf_coef=0.5,
+        max_grad_norm=0.5,
+        policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh),
+        device="cpu",
+        seed=cli.seed,
+    )
+    model.learn(total_timesteps=cli.total_timesteps)
