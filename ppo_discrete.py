@@ -193,16 +193,15 @@ class Agent(nn.Module):
         return self.critic(x)
 
     def get_action(self, x, action=None):
-        """Sample (or score a given) action: returns action, log pi(action|x), entropy of pi(.|x)."""
-        log_probs = torch.log_softmax(self.actor(x), dim=-1)  # the categorical distribution, as log-probabilities
-        if action is None:
-            action = torch.multinomial(log_probs.exp(), num_samples=1).squeeze(-1)
-        logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-        entropy = -(log_probs.exp() * log_probs).sum(-1)
-        return action, logprob, entropy
+        """The policy at x: an action (sampled unless given), its log-probability, and the log-probabilities of all actions."""
+        log_probs = torch.log_softmax(self.actor(x), dim=-1)  # the categorical distribution pi(.|x)
+        if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p (cheaper than torch.multinomial)
+            action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
+        return action, log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1), log_probs
 
     def get_action_and_value(self, x, action=None):
-        action, logprob, entropy = self.get_action(x, action)
+        action, logprob, log_probs = self.get_action(x, action)
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
         return action, logprob, entropy, self.critic(x)
 
 
@@ -337,8 +336,8 @@ def train(args, checkpoint=None):
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
 
     # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
-    obs_dim = envs.single_observation_space.shape
-    obs = np.zeros((args.num_steps, args.num_envs) + obs_dim, dtype=np.float32)
+    obs_shape = envs.single_observation_space.shape
+    obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=np.float32)
     actions = np.zeros((args.num_steps, args.num_envs), dtype=np.int64)
     logprobs = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
@@ -469,11 +468,14 @@ def evaluate(args, checkpoint):
 
 
 def main():
-    args, checkpoint = parse_args()
-    if args.eval_checkpoint:
-        evaluate(args, checkpoint)
-    else:
-        train(args, checkpoint)
+    try:
+        args, checkpoint = parse_args()
+        if args.eval_checkpoint:
+            evaluate(args, checkpoint)
+        else:
+            train(args, checkpoint)
+    except KeyboardInterrupt:  # Ctrl-C before training started (during training it saves a checkpoint instead)
+        raise SystemExit("interrupted")
 
 
 if __name__ == "__main__":

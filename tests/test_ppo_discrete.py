@@ -104,6 +104,23 @@ def test_autoreset_rows_carry_no_weight():
         torch.testing.assert_close(clean, dirty)
 
 
+def test_sampled_actions_follow_the_policy_and_report_their_log_probability():
+    import gymnasium as gym
+    from types import SimpleNamespace
+
+    torch.manual_seed(0)
+    spaces = SimpleNamespace(single_observation_space=gym.spaces.Box(-1, 1, (3,)), single_action_space=gym.spaces.Discrete(4))
+    agent = ppo.Agent(spaces)
+    with torch.no_grad():
+        agent.actor[-1].bias.copy_(torch.tensor([0.0, 1.0, -1.0, 2.0]))  # the output weights are near 0: logits ~ bias
+        x = torch.zeros(50000, 3)
+        action, logprob, log_probs = agent.get_action(x)
+    probs = log_probs[0].exp()
+    frequencies = torch.bincount(action, minlength=4).float() / len(action)
+    torch.testing.assert_close(frequencies, probs, atol=0.01, rtol=0)
+    torch.testing.assert_close(logprob, log_probs[0][action])
+
+
 def critic_value_after_training(env_id):
     args = ppo.Args(env_id=env_id, total_timesteps=8192, num_envs=4, num_steps=64, learning_rate=3e-3,
                     gamma=GAMMA, clip_vloss=False, ent_coef=0.0, checkpoint_interval=0, cuda=False)
