@@ -1,4 +1,4 @@
-"""Shared helpers: small constructed environments and a way to run a script in-process or as a process."""
+"""Shared helpers: small constructed environments, short-run settings, and ways to run a script."""
 
 import os
 import subprocess
@@ -14,16 +14,22 @@ sys.path.insert(0, ROOT)
 
 class ConstantRewardEnv(gym.Env):
     """Reward 1 every step and the same observation every step; terminates after `terminate_after` steps
-    if that is set, else runs until a TimeLimit wrapper truncates it. Optionally emits a bad reward."""
+    if that is set, else runs until a TimeLimit wrapper truncates it. Optionally emits one bad reward.
+    Discrete(2) actions, or with box_actions=True a Box with bounds that differ per dimension; the actions
+    it receives are kept in `received_actions`."""
 
-    def __init__(self, terminate_after=None, bad_reward_at=None, bad_reward=float("nan")):
+    def __init__(self, terminate_after=None, bad_reward_at=None, bad_reward=float("nan"), box_actions=False):
         self.observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
-        self.action_space = gym.spaces.Discrete(2)
+        if box_actions:
+            self.action_space = gym.spaces.Box(np.array([-0.4, 0.0], np.float32), np.array([0.4, 2.0], np.float32))
+        else:
+            self.action_space = gym.spaces.Discrete(2)
         self.terminate_after = terminate_after
         self.bad_reward_at = bad_reward_at
         self.bad_reward = bad_reward
         self.steps = 0
         self.total_steps = 0
+        self.received_actions = []
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -31,6 +37,7 @@ class ConstantRewardEnv(gym.Env):
         return np.zeros(1, np.float32), {}
 
     def step(self, action):
+        self.received_actions.append(np.array(action))
         self.steps += 1
         self.total_steps += 1
         reward = self.bad_reward if self.total_steps == self.bad_reward_at else 1.0
@@ -38,10 +45,30 @@ class ConstantRewardEnv(gym.Env):
         return np.zeros(1, np.float32), reward, terminated, False, {}
 
 
-gym.register("test/ConstantTruncated-v0", entry_point=ConstantRewardEnv, max_episode_steps=20)
-gym.register("test/ConstantTerminated-v0", entry_point=ConstantRewardEnv, kwargs={"terminate_after": 20})
-gym.register("test/NanReward-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"bad_reward_at": 200})
-gym.register("test/HugeReward-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"bad_reward_at": 1, "bad_reward": 1e30})
+BAD_REWARD_AT = 300  # the real step of each sub-env whose reward is NaN
+for suffix, box in (("", False), ("Box", True)):
+    gym.register(f"test/ConstantTruncated{suffix}-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"box_actions": box})
+    gym.register(f"test/ConstantTerminated{suffix}-v0", entry_point=ConstantRewardEnv, kwargs={"terminate_after": 20, "box_actions": box})
+    gym.register(f"test/NanReward{suffix}-v0", entry_point=ConstantRewardEnv, max_episode_steps=20,
+                 kwargs={"bad_reward_at": BAD_REWARD_AT, "box_actions": box})
+    gym.register(f"test/HugeReward{suffix}-v0", entry_point=ConstantRewardEnv, max_episode_steps=20,
+                 kwargs={"bad_reward_at": 1, "bad_reward": 1e30, "box_actions": box})
+
+
+def constructed_env_id(ppo, name):
+    """The constructed env `name` with the action space that script `ppo` takes."""
+    return f"test/{name}{'Box' if ppo.__name__ == 'ppo_continuous' else ''}-v0"
+
+
+SHORT_RUNS = {
+    "ppo_discrete": dict(env_id="CartPole-v1", num_envs=4, num_steps=128),
+    "ppo_continuous": dict(env_id="Pendulum-v1", num_envs=2, num_steps=256, num_minibatches=8, update_epochs=2),
+}
+
+
+def short_args(ppo, **overrides):
+    """Settings for a run of 1024 steps in two iterations, with a checkpoint after each."""
+    return ppo.Args(**{"total_timesteps": 1024, "checkpoint_interval": 1, "cuda": False, **SHORT_RUNS[ppo.__name__], **overrides})
 
 
 @pytest.fixture

@@ -1,0 +1,568 @@
+"""PPO for continuous (Box) action spaces, in one file: from Pendulum to MuJoCo Humanoid-v5.
+
+    python ppo_continuous.py --env-id Humanoid-v5
+    tensorboard --logdir runs
+
+The script reads top to bottom in the order the data flows: arguments, environments, agent,
+normalization, rollout buffer, rollout, GAE, clipped PPO update, logging, checkpoints. Comments of
+the form "detail N" name the implementation details of "The 37 Implementation Details of PPO"
+(Huang et al., 2022): 1-13 the core ones, "continuous detail N" the 9 for continuous actions.
+Episodes run in gymnasium 1.x vector environments with the default NEXT_STEP autoreset; the
+transitions that autoreset creates are dropped from the update.
+"""
+
+import math
+import os
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment (part of the run folder's name)"""
+    seed: int = 1
+    """seed of the experiment: same seed, same machine, same results"""
+    torch_deterministic: bool = True
+    """if toggled, sets `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, use the GPU when there is one (falls back to the CPU otherwise)"""
+    track: bool = False
+    """if toggled, also log to Weights and Biases (needs `pip install wandb`)"""
+    wandb_project_name: str = "ppo-single-file"
+    """the wandb project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of the wandb project"""
+    capture_video: bool = False
+    """if toggled, record videos of env 0 to `videos/` (training) or of every episode (evaluation)"""
+
+    env_id: str = "HalfCheetah-v5"
+    """the id of the gymnasium environment (any Box action space)"""
+    total_timesteps: int = 1000000
+    """total environment steps of the run (raise it with --resume to extend a run)"""
+    learning_rate: float = 3e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 1
+    """the number of parallel sub-environments"""
+    num_steps: int = 2048
+    """the number of steps per sub-environment in each rollout"""
+    anneal_lr: bool = True
+    """if toggled, anneal the learning rate linearly to 0 over the run"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda of generalized advantage estimation"""
+    num_minibatches: int = 32
+    """the number of minibatches each rollout is split into"""
+    update_epochs: int = 10
+    """the number of passes over the rollout in each update"""
+    norm_adv: bool = True
+    """if toggled, normalize advantages per minibatch"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """if toggled, clip the value loss as in the PPO paper's code"""
+    ent_coef: float = 0.0
+    """coefficient of the entropy bonus"""
+    vf_coef: float = 0.5
+    """coefficient of the value loss"""
+    max_grad_norm: float = 0.5
+    """the maximum norm of the gradient (global clipping)"""
+    target_kl: Optional[float] = None
+    """stop the update early when the approximate KL exceeds this (off when None)"""
+    norm_obs: bool = True
+    """if toggled, normalize observations by running mean and std (shared by all sub-envs), clipped to [-10, 10]"""
+    norm_reward: bool = True
+    """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10]"""
+
+    checkpoint_interval: int = 10
+    """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
+    resume: Optional[str] = None
+    """path of a checkpoint to continue; its settings are used, flags given here override them"""
+    eval_checkpoint: Optional[str] = None
+    """path of a checkpoint to evaluate with the policy mean for `eval_episodes` episodes, then exit"""
+    eval_episodes: int = 10
+    """the number of episodes of `--eval-checkpoint`"""
+
+
+CHECKPOINT_KEYS = {"model", "optimizer", "global_step", "iteration", "args", "run_name", "rng_state", "obs_rms", "return_rms"}
+
+
+def fail(message):
+    """Bad input or a run that cannot go on: one clear line, no traceback, non-zero exit."""
+    raise SystemExit(f"error: {message}")
+
+
+def check_args(args):
+    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"]
+    for name in positive:
+        if getattr(args, name) <= 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches != 0:
+        fail(f"the batch (num_envs x num_steps = {batch_size}) must divide into --num-minibatches {args.num_minibatches}")
+    if args.total_timesteps < batch_size:
+        fail(f"--total-timesteps {args.total_timesteps} is smaller than one batch ({batch_size} steps)")
+    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
+        fail("--gamma and --gae-lambda must lie in [0, 1]")
+    if args.learning_rate <= 0 or args.clip_coef <= 0 or args.checkpoint_interval < 0:
+        fail("--learning-rate and --clip-coef must be positive, --checkpoint-interval not negative")
+
+
+def load_checkpoint(path):
+    if not os.path.isfile(path):
+        fail(f"checkpoint not found: {path}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a truncated or foreign file: report it, never a traceback
+        fail(f"cannot read checkpoint {path}: {str(e).splitlines()[0]}")
+    if not isinstance(checkpoint, dict) or not CHECKPOINT_KEYS <= checkpoint.keys():
+        fail(f"{path} is not a checkpoint of this script (expected keys: {', '.join(sorted(CHECKPOINT_KEYS))})")
+    return checkpoint
+
+
+def parse_args():
+    """Command-line flags; with --resume or --eval-checkpoint the checkpoint's settings are the defaults."""
+    args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume or args.eval_checkpoint:
+        checkpoint = load_checkpoint(args.eval_checkpoint or args.resume)
+        saved = Args(**{**checkpoint["args"], "resume": args.resume, "eval_checkpoint": args.eval_checkpoint})
+        args = tyro.cli(Args, default=saved)  # parse again: flags given on the command line win
+    check_args(args)
+    return args, checkpoint
+
+
+def make_env(env_id, idx, capture_video, video_folder):
+    def thunk():
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, video_folder, disable_logger=True)
+        else:
+            env = gym.make(env_id)
+        if len(env.observation_space.shape) != 1:
+            env = gym.wrappers.FlattenObservation(env)
+        return env
+
+    return thunk
+
+
+def make_envs(args, num_envs, video_folder):
+    if args.capture_video and "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
+        os.environ["MUJOCO_GL"] = "egl"  # render MuJoCo without a display
+    try:
+        # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP
+        envs = gym.vector.SyncVectorEnv([make_env(args.env_id, i, args.capture_video, video_folder) for i in range(num_envs)])
+    except gym.error.Error as e:
+        fail(f"cannot make env '{args.env_id}': {e}")
+    if not isinstance(envs.single_action_space, gym.spaces.Box):
+        fail(f"{args.env_id} has a {type(envs.single_action_space).__name__} action space; ppo_continuous.py needs Box (use ppo_discrete.py)")
+    if not isinstance(envs.single_observation_space, gym.spaces.Box):
+        fail(f"{args.env_id} has a {type(envs.single_observation_space).__name__} observation space; ppo_continuous.py needs Box")
+    return gym.wrappers.vector.RecordEpisodeStatistics(envs)  # logs the raw, unscaled episode returns
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)  # detail 2: orthogonal init, zero biases
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs):
+        super().__init__()
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        action_dim = int(np.prod(envs.single_action_space.shape))
+        # detail 13 / continuous detail 4: separate actor and critic networks, 64-64 tanh
+        self.critic = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 1), std=1.0),
+        )
+        self.actor_mean = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, action_dim), std=0.01),
+        )
+        # continuous detail 2: a state-independent log standard deviation, a learned parameter starting at 0
+        self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))
+
+    def get_value(self, x):
+        return self.critic(x)
+
+    def get_action(self, x, action=None):
+        """The policy at x: an action (sampled unless given), its log-probability, and the log std."""
+        # continuous detail 1: a normal distribution N(mean(x), std) for each action dimension
+        mean = self.actor_mean(x)
+        log_std = self.actor_logstd.expand_as(mean)
+        std = log_std.exp()
+        if action is None:
+            action = mean + std * torch.randn_like(mean)
+        # continuous detail 3: independent dimensions, so the log-probability is the sum over dimensions of log N(a; mean, std)
+        logprob = (-0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return action, logprob, log_std
+
+    def get_action_and_value(self, x, action=None):
+        action, logprob, log_std = self.get_action(x, action)
+        entropy = (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)  # entropy of the normal, summed over dimensions
+        return action, logprob, entropy, self.critic(x)
+
+
+class RunningMeanStd:
+    """Mean and variance of everything seen so far, updated batch by batch (Chan et al.'s parallel formula)."""
+
+    def __init__(self, shape=()):
+        self.mean = np.zeros(shape, np.float64)
+        self.var = np.ones(shape, np.float64)
+        self.count = 1e-4
+
+    def update(self, batch):
+        batch_mean, batch_var, batch_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
+        delta = batch_mean - self.mean
+        total = self.count + batch_count
+        self.mean = self.mean + delta * batch_count / total
+        self.var = (self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total) / total
+        self.count = total
+
+    def state_dict(self):
+        return {"mean": torch.tensor(self.mean), "var": torch.tensor(self.var), "count": float(self.count)}
+
+    def load_state_dict(self, state):
+        self.mean, self.var, self.count = state["mean"].numpy().copy(), state["var"].numpy().copy(), state["count"]
+
+
+def normalize_obs(obs, obs_rms, enabled, update):
+    """Continuous details 6 and 7: observation normalization with statistics shared by all sub-envs, then clip.
+    update=False uses the statistics without changing them (evaluation)."""
+    if not enabled:
+        return obs.astype(np.float32)
+    if update:
+        obs_rms.update(obs)
+    return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
+
+
+class RewardScaler:
+    """Continuous details 8 and 9: divide rewards by the running std of the discounted return (no mean
+    subtracted), then clip. Each sub-env's discounted return restarts at every episode end, truncation included."""
+
+    def __init__(self, num_envs, gamma):
+        self.return_rms = RunningMeanStd()
+        self.discounted_return = np.zeros(num_envs, np.float64)
+        self.gamma = gamma
+
+    def scale(self, reward, real, done):
+        """reward, real (the step is a transition, not an autoreset), done (the step ended an episode): [num_envs]."""
+        self.discounted_return = self.discounted_return * self.gamma + reward
+        if real.any():
+            self.return_rms.update(self.discounted_return[real])
+        self.discounted_return[done] = 0.0
+        return np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -10.0, 10.0)
+
+
+def compute_advantages(rewards, values, next_value, terminations, dones, gamma, gae_lambda):
+    """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout.
+
+    values[t] is V(obs[t]) and next_value is V of the observation after the last step. Under
+    NEXT_STEP autoreset the observation after a step that ended an episode is that episode's true
+    final observation, so V(obs[t + 1]) is the right bootstrap for a truncation (time limit).
+    A termination has no future: no bootstrap. Any episode end stops the recursion, so advantages
+    never flow back across episodes. Each column (sub-environment) is its own sequence.
+    """
+    num_steps = rewards.shape[0]
+    advantages = np.zeros_like(rewards)
+    last_advantage = np.zeros_like(next_value)
+    for t in reversed(range(num_steps)):
+        next_values = next_value if t == num_steps - 1 else values[t + 1]
+        delta = rewards[t] + gamma * next_values * (1.0 - terminations[t]) - values[t]
+        last_advantage = delta + gamma * gae_lambda * (1.0 - dones[t]) * last_advantage
+        advantages[t] = last_advantage
+    return advantages
+
+
+def real_transitions(valid, *rollout):
+    """Flatten [num_steps, num_envs] rollout arrays into one batch of the rows with valid == 1.
+
+    The rows with valid == 0 are NEXT_STEP autoreset steps: not transitions of the environment, so
+    they get no weight at all in the update (policy, value and entropy losses, advantage statistics).
+    """
+    keep = valid.reshape(-1) > 0
+    return [torch.from_numpy(x.reshape((-1,) + x.shape[2:])[keep]) for x in rollout]
+
+
+def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
+    """The clipped PPO loss on one minibatch of real transitions."""
+    _, new_logprob, entropy, new_value = agent.get_action_and_value(obs, actions)
+    new_value = new_value.view(-1)
+    logratio = new_logprob - old_logprobs
+    ratio = logratio.exp()
+
+    if args.norm_adv:  # detail 7: normalize advantages per minibatch
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+    # detail 8: clipped surrogate objective. The ratio pi_new/pi_old is clipped to [1-eps, 1+eps] and the
+    # pessimistic (larger) of the two losses is taken, so pushing the ratio past the clip never pays.
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    if args.clip_vloss:  # detail 9: value loss clipped around the rollout's value estimate
+        v_clipped = old_values + torch.clamp(new_value - old_values, -args.clip_coef, args.clip_coef)
+        v_loss = 0.5 * torch.max((new_value - returns) ** 2, (v_clipped - returns) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((new_value - returns) ** 2).mean()
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # detail 10: one combined loss
+
+    with torch.no_grad():  # detail 12: debug variables; approx_kl is the k3 estimator
+        stats = {
+            "policy_loss": pg_loss,
+            "value_loss": v_loss,
+            "entropy": entropy_loss,
+            "old_approx_kl": (-logratio).mean(),
+            "approx_kl": ((ratio - 1) - logratio).mean(),
+            "clipfrac": ((ratio - 1.0).abs() > args.clip_coef).float().mean(),
+        }
+    return loss, stats
+
+
+def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iteration, obs_rms, reward_scaler):
+    checkpoint = {
+        "model": agent.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "global_step": global_step,
+        "iteration": iteration,
+        "args": asdict(args),
+        "run_name": run_name,
+        "rng_state": torch.get_rng_state(),
+        "obs_rms": obs_rms.state_dict(),
+        "return_rms": reward_scaler.return_rms.state_dict(),
+    }
+    tmp_path = path + ".tmp"
+    torch.save(checkpoint, tmp_path)
+    os.replace(tmp_path, path)  # atomic: the previous checkpoint stays whole until the new one is complete
+
+
+def print_progress(global_step, total, sps, recent_returns, last_print, final):
+    """A one-line progress bar, redrawn in place on a terminal, a plain line about every 30 s otherwise."""
+    now = time.time()
+    interactive = sys.stdout.isatty()
+    if now - last_print < (0.2 if interactive else 30.0) and not final:
+        return last_print
+    done = int(30 * global_step / total)
+    mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
+    line = f"[{'#' * done}{'.' * (30 - done)}] {global_step:,}/{total:,} steps | {sps:,} SPS | return {mean_return} (last {len(recent_returns)})"
+    print(f"\r{line}" if interactive else line, end="\n" if final or not interactive else "", flush=True)
+    return now
+
+
+def train(args, checkpoint=None):
+    batch_size = args.num_envs * args.num_steps
+    num_iterations = args.total_timesteps // batch_size
+    env_name = args.env_id.replace("/", "-")  # namespaced ids (ALE/Pong-v5) would otherwise nest folders
+    run_name = checkpoint["run_name"] if checkpoint else f"{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = os.path.join("runs", run_name)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+    global_step = checkpoint["global_step"] if checkpoint else 0
+    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
+    if start_iteration > num_iterations:
+        fail(f"the checkpoint is at step {global_step}: pass a --total-timesteps beyond it to extend the run")
+
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.set_num_threads(1)  # a 64-64 MLP runs fastest on one thread; more threads only add overhead
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    envs = make_envs(args, args.num_envs, os.path.join("videos", run_name))
+    agent = Agent(envs).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
+    if checkpoint:
+        agent.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        torch.set_rng_state(checkpoint["rng_state"])
+    obs_rms = RunningMeanStd(envs.single_observation_space.shape)
+    reward_scaler = RewardScaler(args.num_envs, args.gamma)
+    if checkpoint:  # continuous detail 6: the normalization statistics continue with the run
+        obs_rms.load_state_dict(checkpoint["obs_rms"])
+        reward_scaler.return_rms.load_state_dict(checkpoint["return_rms"])
+
+    if args.track:
+        try:
+            import wandb
+        except ImportError:
+            fail("--track needs wandb: pip install wandb")
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
+                   name=run_name, id=run_name, resume="allow", save_code=True)
+    # purge_step: on resume, TensorBoard drops whatever the interrupted run logged after its checkpoint
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint else None)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+
+    # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
+    obs_shape = envs.single_observation_space.shape
+    obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=np.float32)
+    actions = np.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, dtype=np.float32)
+    logprobs = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    terminations = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    dones = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    valid = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+
+    stop_signal = []  # Ctrl-C / SIGTERM: finish the iteration, save, exit
+    handlers = {sig: signal.signal(sig, lambda signum, frame: stop_signal.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    recent_returns = deque(maxlen=20)
+    last_checkpoint_step = global_step if checkpoint else None
+    start_time, start_step, last_print = time.time(), global_step, 0.0
+    # A resumed run starts fresh episodes, seeded apart from the original run's first ones.
+    next_obs, _ = envs.reset(seed=args.seed + start_iteration - 1)
+    next_obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=True)
+    action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
+    next_done = np.zeros(args.num_envs, dtype=np.float32)
+
+    try:
+        for iteration in range(start_iteration, num_iterations + 1):
+            if args.anneal_lr:  # detail 4: learning rate falls linearly to 0 at the last iteration
+                frac = 1.0 - (iteration - 1.0) / num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            # Rollout: num_steps steps in every sub-environment with the current policy.
+            for step in range(args.num_steps):
+                global_step += args.num_envs
+                obs[step] = next_obs
+                # NEXT_STEP autoreset: the step after an episode ended only resets that sub-env (action ignored,
+                # reward 0). It is not a real transition, so it gets valid = 0 and no weight in the update.
+                valid[step] = 1.0 - next_done
+                with torch.no_grad():
+                    action, logprob, _ = agent.get_action(torch.from_numpy(obs[step]).to(device))
+                actions[step] = action.cpu().numpy()
+                logprobs[step] = logprob.cpu().numpy()
+
+                # continuous detail 5: the env gets the action clipped to its bounds; the buffer keeps the sampled one
+                next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], action_low, action_high))
+                if not np.isfinite(next_obs).all() or not np.isfinite(reward).all():
+                    raise FloatingPointError("observation" if not np.isfinite(next_obs).all() else "reward")
+                next_done = np.logical_or(terminated, truncated).astype(np.float32)
+                next_obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=True)
+                if args.norm_reward:
+                    reward = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
+                rewards[step] = reward
+                terminations[step] = terminated
+                dones[step] = next_done
+
+                if "episode" in infos:
+                    for i in np.flatnonzero(infos["_episode"]):
+                        recent_returns.append(float(infos["episode"]["r"][i]))
+                        writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
+                        writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+
+            # The critic is fixed during the rollout, so its values are computed in one batch afterwards:
+            # V(obs[t]) for every row, and V(next_obs) to bootstrap the last step.
+            with torch.no_grad():
+                values = agent.get_value(torch.from_numpy(obs).to(device)).view(args.num_steps, args.num_envs).cpu().numpy()
+                next_value = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).view(-1).cpu().numpy()
+            advantages = compute_advantages(rewards, values, next_value, terminations, dones, args.gamma, args.gae_lambda)
+            returns = advantages + values  # detail 5: the value target is advantage + value
+
+            # Flatten the rollout into one batch, keeping the real transitions only (autoreset rows dropped).
+            b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values = (
+                x.to(device) for x in real_transitions(valid, obs, actions, logprobs, advantages, returns, values)
+            )
+
+            # Update: update_epochs passes over the batch in shuffled minibatches.
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                # detail 6: a fresh shuffle each epoch; the minibatches together cover the whole batch
+                for mb in torch.randperm(len(b_obs), device=device).tensor_split(args.num_minibatches):
+                    loss, stats = ppo_loss(agent, b_obs[mb], b_actions[mb], b_logprobs[mb], b_advantages[mb], b_returns[mb], b_values[mb], args)
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError("loss")
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11: global gradient clip
+                    optimizer.step()
+                    clipfracs.append(stats["clipfrac"])
+                if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
+                    break
+
+            # Logging: the last minibatch's losses (as CleanRL does), clipfrac averaged over the update.
+            var_y = b_returns.var().item()
+            explained_var = np.nan if var_y == 0 else 1 - (b_returns - b_values).var().item() / var_y
+            sps = int((global_step - start_step) / (time.time() - start_time))
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
+                writer.add_scalar(f"losses/{name}", stats[name].item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            last_print = print_progress(global_step, args.total_timesteps, sps, recent_returns, last_print, iteration == num_iterations)
+
+            if iteration == num_iterations or stop_signal or (args.checkpoint_interval and iteration % args.checkpoint_interval == 0):
+                save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, global_step, iteration, obs_rms, reward_scaler)
+                last_checkpoint_step = global_step
+            if stop_signal:
+                print(f"\nstopped at step {global_step:,}; checkpoint saved. Resume with: python {sys.argv[0]} --resume {checkpoint_path}")
+                raise SystemExit(128 + stop_signal[0])
+    except FloatingPointError as e:
+        saved = f"last good checkpoint: {checkpoint_path} (step {last_checkpoint_step})" if last_checkpoint_step is not None else "no checkpoint was written yet"
+        fail(f"non-finite {e} at global step {global_step}; stopped without saving; {saved}")
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        envs.close()
+        writer.close()
+    print(f"done: {global_step:,} steps; checkpoint at {checkpoint_path}")
+    return checkpoint_path
+
+
+def evaluate(args, checkpoint):
+    """Run the saved agent deterministically (the policy mean) with frozen normalization statistics."""
+    torch.manual_seed(args.seed)
+    video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
+    envs = make_envs(args, 1, video_folder)
+    agent = Agent(envs)
+    agent.load_state_dict(checkpoint["model"])
+    obs_rms = RunningMeanStd(envs.single_observation_space.shape)
+    obs_rms.load_state_dict(checkpoint["obs_rms"])  # continuous detail 6: the training statistics, frozen
+    action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
+    episodic_returns = []
+    next_obs, _ = envs.reset(seed=args.seed)
+    while len(episodic_returns) < args.eval_episodes:
+        obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=False)
+        with torch.no_grad():
+            action = agent.actor_mean(torch.from_numpy(obs))
+        next_obs, _, _, _, infos = envs.step(np.clip(action.numpy(), action_low, action_high))
+        if "episode" in infos and infos["_episode"][0]:
+            episodic_returns.append(float(infos["episode"]["r"][0]))
+    envs.close()
+    print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over {args.eval_episodes} episodes (step {checkpoint['global_step']:,})")
+    if args.capture_video:
+        print(f"videos in {video_folder}")
+    return episodic_returns
+
+
+def main():
+    try:
+        args, checkpoint = parse_args()
+        if args.eval_checkpoint:
+            evaluate(args, checkpoint)
+        else:
+            train(args, checkpoint)
+    except KeyboardInterrupt:  # Ctrl-C before training started (during training it saves a checkpoint instead)
+        raise SystemExit("interrupted")
+
+
+if __name__ == "__main__":
+    main()

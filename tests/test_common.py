@@ -1,0 +1,269 @@
+"""Behaviour that every script shares, tested on each script (the code is duplicated on purpose, so each copy is checked)."""
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from conftest import BAD_REWARD_AT, ROOT, constructed_env_id, run_script, scalars, short_args
+
+import ppo_continuous
+import ppo_discrete
+
+GAMMA, LAM = 0.9, 0.8
+OTHER_SCRIPT = {"ppo_discrete": ("Pendulum-v1", "Box", "ppo_continuous.py"), "ppo_continuous": ("CartPole-v1", "Discrete", "ppo_discrete.py")}
+
+
+@pytest.fixture(params=[ppo_discrete, ppo_continuous], ids=lambda module: module.__name__)
+def ppo(request):
+    return request.param
+
+
+def next_step_rollout(rng, num_steps=60, num_envs=3):
+    """Random rollout data with the NEXT_STEP structure: the row after every episode end is an autoreset row."""
+    rewards = rng.normal(size=(num_steps, num_envs)).astype(np.float32)
+    values = rng.normal(size=(num_steps, num_envs)).astype(np.float32)
+    next_value = rng.normal(size=num_envs).astype(np.float32)
+    terminations = np.zeros((num_steps, num_envs), np.float32)
+    truncations = np.zeros((num_steps, num_envs), np.float32)
+    valid = np.ones((num_steps, num_envs), np.float32)
+    for env in range(num_envs):
+        for t in range(num_steps):
+            if t > 0 and (terminations[t - 1, env] or truncations[t - 1, env]):
+                valid[t, env], rewards[t, env] = 0.0, 0.0  # autoreset row: reward 0, no episode end
+            elif rng.random() < 0.1:
+                terminations[t, env] = 1.0
+            elif rng.random() < 0.1:
+                truncations[t, env] = 1.0
+    dones = np.maximum(terminations, truncations)
+    return rewards, values, next_value, terminations, truncations, dones, valid
+
+
+def brute_force_advantages(rewards, values, next_value, terminations, dones, gamma, lam):
+    """GAE straight from its definition, A_t = sum_l (gamma*lam)^l delta_{t+l}, summed until the episode ends."""
+    num_steps, num_envs = rewards.shape
+    advantages = np.zeros_like(rewards)
+    for env in range(num_envs):
+        for t in range(num_steps):
+            total = 0.0
+            for k in range(t, num_steps):
+                bootstrap = next_value[env] if k == num_steps - 1 else values[k + 1, env]
+                delta = rewards[k, env] + gamma * bootstrap * (1 - terminations[k, env]) - values[k, env]
+                total += (gamma * lam) ** (k - t) * delta
+                if dones[k, env]:
+                    break
+            advantages[t, env] = total
+    return advantages
+
+
+def test_gae_matches_brute_force_reference(ppo):
+    rng = np.random.default_rng(0)
+    rewards, values, next_value, terminations, _, dones, valid = next_step_rollout(rng)
+    expected = brute_force_advantages(rewards, values, next_value, terminations, dones, GAMMA, LAM)
+    actual = ppo.compute_advantages(rewards, values, next_value, terminations, dones, GAMMA, LAM)
+    real = valid > 0
+    np.testing.assert_allclose(actual[real], expected[real], rtol=1e-5, atol=1e-5)
+
+
+def test_returns_with_lambda_one_are_discounted_rewards_bootstrapped_only_on_truncation(ppo):
+    """With lambda = 1, advantage + value is the discounted sum of the episode's remaining rewards, plus
+    gamma^n V(true final observation) after a truncation (or at the rollout's end), and nothing after a termination."""
+    rng = np.random.default_rng(1)
+    rewards, values, next_value, terminations, truncations, dones, valid = next_step_rollout(rng)
+    returns = ppo.compute_advantages(rewards, values, next_value, terminations, dones, GAMMA, 1.0) + values
+    num_steps, num_envs = rewards.shape
+    checked = {"terminated": 0, "truncated": 0}
+    for env in range(num_envs):
+        for t in np.flatnonzero(valid[:, env]):
+            end = next((k for k in range(t, num_steps) if dones[k, env]), num_steps - 1)
+            discounted = sum(GAMMA ** (k - t) * rewards[k, env] for k in range(t, end + 1))
+            final_value = next_value[env] if end == num_steps - 1 else values[end + 1, env]  # V(obs after the last step)
+            if terminations[end, env]:
+                expected = discounted
+                checked["terminated"] += 1
+            else:
+                expected = discounted + GAMMA ** (end - t + 1) * final_value
+                checked["truncated"] += truncations[end, env] > 0
+            assert returns[t, env] == pytest.approx(expected, rel=1e-4, abs=1e-4)
+    assert checked["terminated"] > 10 and checked["truncated"] > 10
+
+
+def test_autoreset_rows_carry_no_weight(ppo):
+    """Whatever the autoreset rows hold, the real rows' advantages and the training batch are the same."""
+    rng = np.random.default_rng(2)
+    rewards, values, next_value, terminations, _, dones, valid = next_step_rollout(rng)
+    obs = rng.normal(size=rewards.shape + (4,)).astype(np.float32)
+    actions = rng.normal(size=rewards.shape + (2,)).astype(np.float32)
+    advantages = ppo.compute_advantages(rewards, values, next_value, terminations, dones, GAMMA, LAM)
+    batch = ppo.real_transitions(valid, obs, actions, advantages)
+
+    fake = valid == 0
+    garbage_rewards, garbage_obs, garbage_actions = rewards.copy(), obs.copy(), actions.copy()
+    garbage_rewards[fake], garbage_obs[fake], garbage_actions[fake] = 1e6, -1e6, 1e6
+    garbage_advantages = ppo.compute_advantages(garbage_rewards, values, next_value, terminations, dones, GAMMA, LAM)
+    garbage_batch = ppo.real_transitions(valid, garbage_obs, garbage_actions, garbage_advantages)
+
+    assert len(batch[0]) == int(valid.sum()) < valid.size
+    for clean, dirty in zip(batch, garbage_batch):
+        torch.testing.assert_close(clean, dirty)
+
+
+def critic_value_after_training(ppo, env_id):
+    settings = dict(env_id=env_id, total_timesteps=8192, num_envs=4, num_steps=64, num_minibatches=4, update_epochs=4,
+                    learning_rate=3e-3, gamma=GAMMA, clip_vloss=False, ent_coef=0.0, checkpoint_interval=0, cuda=False)
+    if ppo is ppo_continuous:
+        settings.update(norm_reward=False)  # the value must be in units of the raw reward here
+    args = ppo.Args(**settings)
+    checkpoint = torch.load(ppo.train(args), weights_only=True)
+    agent = ppo.Agent(ppo.make_envs(args, 1, None))
+    agent.load_state_dict(checkpoint["model"])
+    with torch.no_grad():
+        return agent.get_value(torch.zeros(1, 1)).item()
+
+
+def test_truncation_is_bootstrapped_and_termination_is_not(ppo, in_tmp):
+    # Reward 1 per step, constant observation, episodes of 20 steps. If the time limit is not a real end,
+    # the value is 1 / (1 - gamma) = 10. If the episode really ends, the value averages
+    # (1 - gamma^k) / (1 - gamma) over k = 1..20 steps left: about 6.05.
+    truncated = critic_value_after_training(ppo, constructed_env_id(ppo, "ConstantTruncated"))
+    terminated = critic_value_after_training(ppo, constructed_env_id(ppo, "ConstantTerminated"))
+    assert truncated == pytest.approx(10.0, abs=0.7)
+    assert terminated == pytest.approx(6.05, abs=0.7)
+
+
+def test_short_run_writes_every_tag_and_a_complete_checkpoint(ppo, in_tmp):
+    path = ppo.train(short_args(ppo))
+    checkpoint = torch.load(path, weights_only=True)
+    assert set(checkpoint) == ppo.CHECKPOINT_KEYS
+    assert checkpoint["global_step"] == 1024 and checkpoint["iteration"] == 2
+    tags = scalars(os.path.dirname(path))
+    expected = {"charts/episodic_return", "charts/episodic_length", "charts/learning_rate", "charts/SPS",
+                "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl",
+                "losses/approx_kl", "losses/clipfrac", "losses/explained_variance"}
+    assert expected <= set(tags)
+    assert [step for step, _ in tags["losses/value_loss"]] == [512, 1024]
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(os.path.dirname(path))
+    events.Reload()
+    assert "hyperparameters/text_summary" in events.Tags()["tensors"]
+
+
+def test_resume_continues_the_same_run(ppo, in_tmp):
+    first = ppo.train(short_args(ppo))
+    optimizer_steps = torch.load(first, weights_only=True)["optimizer"]["state"][0]["step"].item()
+    checkpoint = ppo.load_checkpoint(first)
+    resumed_args = ppo.Args(**{**checkpoint["args"], "total_timesteps": 2048, "resume": first})
+    second = ppo.train(resumed_args, checkpoint)
+
+    assert second == first  # same run folder, same checkpoint file
+    resumed = torch.load(second, weights_only=True)
+    assert resumed["global_step"] == 2048 and resumed["iteration"] == 4
+    assert resumed["optimizer"]["state"][0]["step"].item() == 2 * optimizer_steps  # Adam's moments carried on
+    learning_rates = dict(scalars(os.path.dirname(first))["charts/learning_rate"])
+    # the schedule continues over the extended horizon of 4 iterations: iteration 3 runs at (1 - 2/4) of the rate
+    assert sorted(learning_rates) == [512, 1024, 1536, 2048]
+    assert learning_rates[1536] == pytest.approx(0.5 * checkpoint["args"]["learning_rate"])
+
+
+def test_command_line_flags_override_the_checkpoint_settings(ppo, in_tmp, monkeypatch):
+    path = ppo.train(short_args(ppo, ent_coef=0.05))
+    monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--resume", path, "--total-timesteps", "4096"])
+    args, checkpoint = ppo.parse_args()
+    assert args.total_timesteps == 4096 and args.ent_coef == 0.05 and args.num_envs == short_args(ppo).num_envs
+    assert checkpoint["global_step"] == 1024
+
+
+def test_same_seed_gives_identical_losses_and_weights(ppo, in_tmp):
+    runs = []
+    for exp_name in ("a", "b"):
+        path = ppo.train(short_args(ppo, exp_name=exp_name))
+        runs.append((scalars(os.path.dirname(path)), torch.load(path, weights_only=True)["model"]))
+    (tags_a, model_a), (tags_b, model_b) = runs
+    for tag in ("losses/policy_loss", "losses/value_loss", "losses/approx_kl", "charts/episodic_return"):
+        assert tags_a[tag] == tags_b[tag]
+    for name in model_a:
+        assert torch.equal(model_a[name], model_b[name])
+
+
+def assert_clean_error(result, *phrases):
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    for phrase in phrases:
+        assert phrase in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(
+    "flags, phrase",
+    [
+        (["--num-minibatches", "0"], "--num-minibatches must be positive"),
+        (["--total-timesteps", "0"], "--total-timesteps must be positive"),
+        (["--total-timesteps", "100"], "smaller than one batch"),
+        (["--num-minibatches", "7"], "must divide"),
+        (["--gamma", "1.5"], "--gamma"),
+    ],
+)
+def test_bad_sizes_get_a_clear_message(ppo, flags, phrase, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", *flags])
+    with pytest.raises(SystemExit, match=phrase):
+        ppo.parse_args()
+
+
+def test_unknown_env_and_wrong_action_space_are_named(ppo, tmp_path):
+    script = f"{ppo.__name__}.py"
+    assert_clean_error(run_script(script, "--env-id", "NoSuchEnv-v0", cwd=tmp_path), "NoSuchEnv-v0")
+    env_id, space, other_script = OTHER_SCRIPT[ppo.__name__]
+    assert_clean_error(run_script(script, "--env-id", env_id, cwd=tmp_path), f"{space} action space", other_script)
+
+
+def test_missing_and_corrupt_checkpoints_are_reported(ppo, tmp_path):
+    script = f"{ppo.__name__}.py"
+    assert_clean_error(run_script(script, "--resume", "nowhere.pt", cwd=tmp_path), "checkpoint not found: nowhere.pt")
+    (tmp_path / "corrupt.pt").write_bytes(b"this is not a checkpoint")
+    assert_clean_error(run_script(script, "--eval-checkpoint", "corrupt.pt", cwd=tmp_path), "cannot read checkpoint corrupt.pt")
+    torch.save({"model": {}}, tmp_path / "foreign.pt")
+    assert_clean_error(run_script(script, "--resume", "foreign.pt", cwd=tmp_path), "not a checkpoint of this script")
+
+
+def test_non_finite_reward_stops_and_keeps_the_last_good_checkpoint(ppo, in_tmp):
+    args = short_args(ppo, env_id=constructed_env_id(ppo, "NanReward"), total_timesteps=4096)
+    # Each sub-env's reward turns NaN at its BAD_REWARD_AT-th real step. An autoreset row follows every
+    # 20-step episode, so that is vector step BAD_REWARD_AT + (BAD_REWARD_AT - 1) // 20.
+    vector_step = BAD_REWARD_AT + (BAD_REWARD_AT - 1) // 20
+    last_checkpoint = (vector_step - 1) // args.num_steps * args.num_steps * args.num_envs
+    assert last_checkpoint > 0
+    with pytest.raises(SystemExit, match=rf"non-finite reward at global step {vector_step * args.num_envs};.*checkpoint.pt \(step {last_checkpoint}\)"):
+        ppo.train(args)
+    checkpoint = torch.load(glob.glob("runs/*/checkpoint.pt")[0], weights_only=True)
+    assert checkpoint["global_step"] == last_checkpoint
+
+
+def test_non_finite_loss_stops_the_run(ppo, in_tmp):
+    args = short_args(ppo, env_id=constructed_env_id(ppo, "HugeReward"))
+    if ppo is ppo_continuous:
+        args.norm_reward = False  # reward scaling would tame the huge reward
+    with pytest.raises(SystemExit, match=f"non-finite loss at global step {args.num_envs * args.num_steps}; .*no checkpoint was written yet"):
+        ppo.train(args)
+    assert not glob.glob("runs/*/checkpoint.pt")
+
+
+def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(ppo, tmp_path):
+    flags = ["--env-id", short_args(ppo).env_id, "--total-timesteps", "10000000", "--checkpoint-interval", "0"]
+    process = subprocess.Popen([sys.executable, os.path.join(ROOT, f"{ppo.__name__}.py"), *flags],
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while not glob.glob(str(tmp_path / "runs" / "*" / "events.*")) and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)  # let it train for a moment
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGINT
+    assert "Traceback" not in stderr
+    assert "Resume with: " in stdout and "--resume" in stdout
+    checkpoint = torch.load(glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt"))[0], weights_only=True)
+    assert checkpoint["global_step"] > 0
