@@ -2,6 +2,7 @@
 
     pip install -r benchmarks/requirements.txt
     python benchmarks/sb3_ppo.py --env-id CartPole-v1 --total-timesteps 100000
+    python benchmarks/sb3_ppo.py --env-id Hopper-v5 --continuous --total-timesteps 100000
 """
 
 import argparse
@@ -9,19 +10,24 @@ import argparse
 import torch.nn as nn
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.vec_env import VecNormalize
 
-# CleanRL's CartPole defaults, as in ppo_discrete.py: 4 envs x 128 steps, 4 minibatches, 4 epochs, 64-64 tanh.
+# The defaults of ppo_discrete.py (CleanRL's CartPole settings) and of ppo_continuous.py (CleanRL's MuJoCo settings).
 DISCRETE = dict(num_envs=4, n_steps=128, num_minibatches=4, n_epochs=4, learning_rate=2.5e-4, ent_coef=0.01)
+CONTINUOUS = dict(num_envs=1, n_steps=2048, num_minibatches=32, n_epochs=10, learning_rate=3e-4, ent_coef=0.0)
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--env-id", default="CartPole-v1")
+    parser.add_argument("--continuous", action="store_true", help="ppo_continuous.py's settings, with observation and reward normalization")
     parser.add_argument("--total-timesteps", type=int, default=100000)
     parser.add_argument("--seed", type=int, default=1)
     cli = parser.parse_args()
 
-    config = DISCRETE
+    config = CONTINUOUS if cli.continuous else DISCRETE
     envs = make_vec_env(cli.env_id, n_envs=config["num_envs"], seed=cli.seed)
+    if cli.continuous:  # running mean/std of observations and of the discounted return, both clipped to [-10, 10]
+        envs = VecNormalize(envs, norm_obs=True, norm_reward=True, clip_obs=10.0, clip_reward=10.0, gamma=0.99)
     batch_size = config["num_envs"] * config["n_steps"]
     model = PPO(
         "MlpPolicy",
