@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import time
 
 import gymnasium as gym
 import numpy as np
@@ -16,10 +17,12 @@ class ConstantRewardEnv(gym.Env):
     """Reward 1 every step and the same observation every step; terminates after `terminate_after` steps
     if that is set, else runs until a TimeLimit wrapper truncates it. Optionally emits one bad reward.
     Discrete(2) actions, or with box_actions=True a Box with bounds that differ per dimension; the actions
-    it receives are kept in `received_actions`."""
+    it receives are kept in `received_actions`. count_steps=True: the observation is the step count in
+    the episode instead. crash_at / hang_at: raise / stop answering at that step of the env's life."""
 
-    def __init__(self, terminate_after=None, bad_reward_at=None, bad_reward=float("nan"), box_actions=False):
-        self.observation_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+    def __init__(self, terminate_after=None, bad_reward_at=None, bad_reward=float("nan"), box_actions=False,
+                 count_steps=False, crash_at=None, hang_at=None):
+        self.observation_space = gym.spaces.Box(-1.0, 1000.0, (1,), np.float32)
         if box_actions:
             self.action_space = gym.spaces.Box(np.array([-0.4, 0.0], np.float32), np.array([0.4, 2.0], np.float32))
         else:
@@ -27,6 +30,7 @@ class ConstantRewardEnv(gym.Env):
         self.terminate_after = terminate_after
         self.bad_reward_at = bad_reward_at
         self.bad_reward = bad_reward
+        self.count_steps, self.crash_at, self.hang_at = count_steps, crash_at, hang_at
         self.steps = 0
         self.total_steps = 0
         self.received_actions = []
@@ -34,15 +38,22 @@ class ConstantRewardEnv(gym.Env):
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         self.steps = 0
-        return np.zeros(1, np.float32), {}
+        return self.observation(), {}
+
+    def observation(self):
+        return np.array([self.steps if self.count_steps else 0.0], np.float32)
 
     def step(self, action):
         self.received_actions.append(np.array(action))
         self.steps += 1
         self.total_steps += 1
+        if self.total_steps == self.crash_at:
+            raise RuntimeError("the simulator fell over")
+        if self.total_steps == self.hang_at:
+            time.sleep(600)
         reward = self.bad_reward if self.total_steps == self.bad_reward_at else 1.0
         terminated = self.terminate_after is not None and self.steps >= self.terminate_after
-        return np.zeros(1, np.float32), reward, terminated, False, {}
+        return self.observation(), reward, terminated, False, {}
 
 
 BAD_REWARD_AT = 300  # the real step of each sub-env whose reward is NaN
@@ -53,6 +64,9 @@ for suffix, box in (("", False), ("Box", True)):
                  kwargs={"bad_reward_at": BAD_REWARD_AT, "box_actions": box})
     gym.register(f"test/HugeReward{suffix}-v0", entry_point=ConstantRewardEnv, max_episode_steps=20,
                  kwargs={"bad_reward_at": 1, "bad_reward": 1e30, "box_actions": box})
+gym.register("test/CountingTruncated-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"count_steps": True})
+gym.register("test/Crashing-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"crash_at": 300})
+gym.register("test/Hanging-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"hang_at": 300})
 
 
 def constructed_env_id(ppo, name):
@@ -63,6 +77,7 @@ def constructed_env_id(ppo, name):
 SHORT_RUNS = {
     "ppo_discrete": dict(env_id="CartPole-v1", num_envs=4, num_steps=128),
     "ppo_continuous": dict(env_id="Pendulum-v1", num_envs=2, num_steps=256, num_minibatches=8, update_epochs=2),
+    "ppo_vector_sameStep": dict(env_id="Pendulum-v1", num_envs=2, num_steps=256, num_minibatches=8, update_epochs=2, vectorization_mode="sync"),
 }
 
 

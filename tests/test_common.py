@@ -14,13 +14,20 @@ from conftest import BAD_REWARD_AT, ROOT, constructed_env_id, run_script, scalar
 
 import ppo_continuous
 import ppo_discrete
+import ppo_vector_sameStep
 
 GAMMA, LAM = 0.9, 0.8
 OTHER_SCRIPT = {"ppo_discrete": ("Pendulum-v1", "Box", "ppo_continuous.py"), "ppo_continuous": ("CartPole-v1", "Discrete", "ppo_discrete.py")}
 
 
-@pytest.fixture(params=[ppo_discrete, ppo_continuous], ids=lambda module: module.__name__)
+@pytest.fixture(params=[ppo_discrete, ppo_continuous, ppo_vector_sameStep], ids=lambda module: module.__name__)
 def ppo(request):
+    return request.param
+
+
+@pytest.fixture(params=[ppo_discrete, ppo_continuous], ids=lambda module: module.__name__)
+def next_step_ppo(request):
+    """The scripts with NEXT_STEP autoreset (ppo_vector_sameStep.py's GAE is tested in its own file)."""
     return request.param
 
 
@@ -61,7 +68,8 @@ def brute_force_advantages(rewards, values, next_value, terminations, dones, gam
     return advantages
 
 
-def test_gae_matches_brute_force_reference(ppo):
+def test_gae_matches_brute_force_reference(next_step_ppo):
+    ppo = next_step_ppo
     rng = np.random.default_rng(0)
     rewards, values, next_value, terminations, _, dones, valid = next_step_rollout(rng)
     expected = brute_force_advantages(rewards, values, next_value, terminations, dones, GAMMA, LAM)
@@ -70,7 +78,8 @@ def test_gae_matches_brute_force_reference(ppo):
     np.testing.assert_allclose(actual[real], expected[real], rtol=1e-5, atol=1e-5)
 
 
-def test_returns_with_lambda_one_are_discounted_rewards_bootstrapped_only_on_truncation(ppo):
+def test_returns_with_lambda_one_are_discounted_rewards_bootstrapped_only_on_truncation(next_step_ppo):
+    ppo = next_step_ppo
     """With lambda = 1, advantage + value is the discounted sum of the episode's remaining rewards, plus
     gamma^n V(true final observation) after a truncation (or at the rollout's end), and nothing after a termination."""
     rng = np.random.default_rng(1)
@@ -93,7 +102,8 @@ def test_returns_with_lambda_one_are_discounted_rewards_bootstrapped_only_on_tru
     assert checked["terminated"] > 10 and checked["truncated"] > 10
 
 
-def test_autoreset_rows_carry_no_weight(ppo):
+def test_autoreset_rows_carry_no_weight(next_step_ppo):
+    ppo = next_step_ppo
     """Whatever the autoreset rows hold, the real rows' advantages and the training batch are the same."""
     rng = np.random.default_rng(2)
     rewards, values, next_value, terminations, _, dones, valid = next_step_rollout(rng)
@@ -116,11 +126,14 @@ def test_autoreset_rows_carry_no_weight(ppo):
 def critic_value_after_training(ppo, env_id):
     settings = dict(env_id=env_id, total_timesteps=8192, num_envs=4, num_steps=64, num_minibatches=4, update_epochs=4,
                     learning_rate=3e-3, gamma=GAMMA, clip_vloss=False, ent_coef=0.0, checkpoint_interval=0, cuda=False)
-    if ppo is ppo_continuous:
+    if ppo is not ppo_discrete:
         settings.update(norm_reward=False)  # the value must be in units of the raw reward here
+    if ppo is ppo_vector_sameStep:
+        settings.update(vectorization_mode="sync")
     args = ppo.Args(**settings)
     checkpoint = torch.load(ppo.train(args), weights_only=True)
-    agent = ppo.Agent(ppo.make_envs(args, 1, None))
+    envs = ppo.make_envs(args, 1, None, "sync") if ppo is ppo_vector_sameStep else ppo.make_envs(args, 1, None)
+    agent = ppo.Agent(envs)
     agent.load_state_dict(checkpoint["model"])
     with torch.no_grad():
         return agent.get_value(torch.zeros(1, 1)).item()
@@ -214,9 +227,13 @@ def test_bad_sizes_get_a_clear_message(ppo, flags, phrase, monkeypatch):
         ppo.parse_args()
 
 
-def test_unknown_env_and_wrong_action_space_are_named(ppo, tmp_path):
+def test_unknown_env_is_named(ppo, tmp_path):
+    assert_clean_error(run_script(f"{ppo.__name__}.py", "--env-id", "NoSuchEnv-v0", cwd=tmp_path), "NoSuchEnv-v0")
+
+
+def test_wrong_action_space_points_to_the_other_script(next_step_ppo, tmp_path):
+    ppo = next_step_ppo
     script = f"{ppo.__name__}.py"
-    assert_clean_error(run_script(script, "--env-id", "NoSuchEnv-v0", cwd=tmp_path), "NoSuchEnv-v0")
     env_id, space, other_script = OTHER_SCRIPT[ppo.__name__]
     assert_clean_error(run_script(script, "--env-id", env_id, cwd=tmp_path), f"{space} action space", other_script)
 
@@ -232,9 +249,9 @@ def test_missing_and_corrupt_checkpoints_are_reported(ppo, tmp_path):
 
 def test_non_finite_reward_stops_and_keeps_the_last_good_checkpoint(ppo, in_tmp):
     args = short_args(ppo, env_id=constructed_env_id(ppo, "NanReward"), total_timesteps=4096)
-    # Each sub-env's reward turns NaN at its BAD_REWARD_AT-th real step. An autoreset row follows every
-    # 20-step episode, so that is vector step BAD_REWARD_AT + (BAD_REWARD_AT - 1) // 20.
-    vector_step = BAD_REWARD_AT + (BAD_REWARD_AT - 1) // 20
+    # Each sub-env's reward turns NaN at its BAD_REWARD_AT-th real step. Under NEXT_STEP an autoreset row
+    # follows every 20-step episode, so that is vector step BAD_REWARD_AT + (BAD_REWARD_AT - 1) // 20.
+    vector_step = BAD_REWARD_AT if ppo is ppo_vector_sameStep else BAD_REWARD_AT + (BAD_REWARD_AT - 1) // 20
     last_checkpoint = (vector_step - 1) // args.num_steps * args.num_steps * args.num_envs
     assert last_checkpoint > 0
     with pytest.raises(SystemExit, match=rf"non-finite reward at global step {vector_step * args.num_envs};.*checkpoint.pt \(step {last_checkpoint}\)"):
@@ -245,7 +262,7 @@ def test_non_finite_reward_stops_and_keeps_the_last_good_checkpoint(ppo, in_tmp)
 
 def test_non_finite_loss_stops_the_run(ppo, in_tmp):
     args = short_args(ppo, env_id=constructed_env_id(ppo, "HugeReward"))
-    if ppo is ppo_continuous:
+    if ppo is not ppo_discrete:
         args.norm_reward = False  # reward scaling would tame the huge reward
     with pytest.raises(SystemExit, match=f"non-finite loss at global step {args.num_envs * args.num_steps}; .*no checkpoint was written yet"):
         ppo.train(args)
@@ -254,13 +271,13 @@ def test_non_finite_loss_stops_the_run(ppo, in_tmp):
 
 def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(ppo, tmp_path):
     flags = ["--env-id", short_args(ppo).env_id, "--total-timesteps", "10000000", "--checkpoint-interval", "0"]
-    process = subprocess.Popen([sys.executable, os.path.join(ROOT, f"{ppo.__name__}.py"), *flags],
-                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, os.path.join(ROOT, f"{ppo.__name__}.py"), *flags], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 60
     while not glob.glob(str(tmp_path / "runs" / "*" / "events.*")) and time.time() < deadline:
         time.sleep(0.2)
     time.sleep(1.0)  # let it train for a moment
-    process.send_signal(signal.SIGINT)
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to every process of the group (workers too)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 128 + signal.SIGINT
     assert "Traceback" not in stderr

@@ -1,0 +1,620 @@
+"""PPO with multi-process vector environments and same-step autoreset, in one file.
+
+    python ppo_vector_sameStep.py --env-id Pendulum-v1
+    tensorboard --logdir runs
+
+Each sub-environment runs in its own process (gymnasium's AsyncVectorEnv; `--vectorization-mode
+sync` runs them in this process instead). Autoreset is SAME_STEP: a sub-environment whose episode
+ends is reset inside the same step() call, the returned observation is already the next episode's
+first one, and the true last observation comes separately in infos["final_obs"]. Every step is a
+real transition (no masked rows, unlike NEXT_STEP), but a truncated episode must be bootstrapped from
+infos["final_obs"], not from the observation step() returned. Discrete and Box action spaces both
+work: the policy head follows the env's action space.
+
+The script reads top to bottom in the order the data flows: arguments, environments, agent,
+normalization, rollout buffer, rollout, GAE, clipped PPO update, logging, checkpoints. Comments of
+the form "detail N" / "continuous detail N" name the implementation details of "The 37
+Implementation Details of PPO" (Huang et al., 2022).
+"""
+
+import math
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Literal, Optional
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn as nn
+import tyro
+from gymnasium.vector import AutoresetMode
+from torch.utils.tensorboard import SummaryWriter
+
+
+@dataclass
+class Args:
+    exp_name: str = os.path.basename(__file__)[: -len(".py")]
+    """the name of this experiment (part of the run folder's name)"""
+    seed: int = 1
+    """seed of the experiment: same seed, same machine, same results"""
+    torch_deterministic: bool = True
+    """if toggled, sets `torch.backends.cudnn.deterministic=True`"""
+    cuda: bool = True
+    """if toggled, use the GPU when there is one (falls back to the CPU otherwise)"""
+    track: bool = False
+    """if toggled, also log to Weights and Biases (needs `pip install wandb`)"""
+    wandb_project_name: str = "ppo-single-file"
+    """the wandb project name"""
+    wandb_entity: Optional[str] = None
+    """the entity (team) of the wandb project"""
+    capture_video: bool = False
+    """if toggled, record videos of env 0 to `videos/`"""
+
+    env_id: str = "Pendulum-v1"
+    """the id of the gymnasium environment (Discrete or action space)"""
+    vectorization_mode: Literal["async", "sync"] = "async"
+    """async: one process per sub-env (AsyncVectorEnv); sync: all in this process (SyncVectorEnv), for debugging or few cores"""
+    env_timeout: float = 60.0
+    """async only: stop the run when a sub-env has not answered a step within this many seconds"""
+    total_timesteps: int = 1000000
+    """total environment steps of the run (raise it with --resume to extend a run)"""
+    learning_rate: float = 3e-4
+    """the learning rate of the optimizer"""
+    num_envs: int = 4
+    """the number of parallel sub-environments (processes, in async mode)"""
+    num_steps: int = 512
+    """the number of steps per sub-environment in each rollout"""
+    anneal_lr: bool = True
+    """if toggled, anneal the learning rate linearly to 0 over the run"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda of generalized advantage estimation"""
+    num_minibatches: int = 32
+    """the number of minibatches each rollout is split into"""
+    update_epochs: int = 10
+    """the number of passes over the rollout in each update"""
+    norm_adv: bool = True
+    """if toggled, normalize advantages per minibatch"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """if toggled, clip the value loss as in the PPO paper's code"""
+    ent_coef: float = 0.0
+    """coefficient of the entropy bonus"""
+    vf_coef: float = 0.5
+    """coefficient of the value loss"""
+    max_grad_norm: float = 0.5
+    """the maximum norm of the gradient (global clipping)"""
+    target_kl: Optional[float] = None
+    """stop the update early when the approximate KL exceeds this (off when None)"""
+    norm_obs: bool = True
+    """if toggled, normalize observations by running mean and std (shared by all sub-envs), clipped to [-10, 10]"""
+    norm_reward: bool = True
+    """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10]"""
+
+    checkpoint_interval: int = 10
+    """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
+    resume: Optional[str] = None
+    """path of a checkpoint to continue; its settings are used, flags given here override them"""
+    eval_checkpoint: Optional[str] = None
+    """path of a checkpoint to evaluate deterministically for `eval_episodes` episodes, then exit"""
+    eval_episodes: int = 10
+    """the number of episodes of `--eval-checkpoint`"""
+
+
+CHECKPOINT_KEYS = {"model", "optimizer", "global_step", "iteration", "args", "run_name", "rng_state", "obs_rms", "return_rms"}
+
+
+def fail(message):
+    """Bad input or a run that cannot go on: one clear line, no traceback, non-zero exit."""
+    raise SystemExit(f"error: {message}")
+
+
+def check_args(args):
+    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"]
+    for name in positive:
+        if getattr(args, name) <= 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    batch_size = args.num_envs * args.num_steps
+    if batch_size % args.num_minibatches != 0:
+        fail(f"the batch (num_envs x num_steps = {batch_size}) must divide into --num-minibatches {args.num_minibatches}")
+    if args.total_timesteps < batch_size:
+        fail(f"--total-timesteps {args.total_timesteps} is smaller than one batch ({batch_size} steps)")
+    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
+        fail("--gamma and --gae-lambda must lie in [0, 1]")
+    if args.env_timeout <= 0:
+        fail(f"--env-timeout must be positive, got {args.env_timeout}")
+    if args.learning_rate <= 0 or args.clip_coef <= 0 or args.checkpoint_interval < 0:
+        fail("--learning-rate and --clip-coef must be positive, --checkpoint-interval not negative")
+
+
+def load_checkpoint(path):
+    if not os.path.isfile(path):
+        fail(f"checkpoint not found: {path}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a truncated or foreign file: report it, never a traceback
+        fail(f"cannot read checkpoint {path}: {str(e).splitlines()[0]}")
+    if not isinstance(checkpoint, dict) or not CHECKPOINT_KEYS <= checkpoint.keys():
+        fail(f"{path} is not a checkpoint of this script (expected keys: {', '.join(sorted(CHECKPOINT_KEYS))})")
+    return checkpoint
+
+
+def parse_args():
+    """Command-line flags; with --resume or --eval-checkpoint the checkpoint's settings are the defaults."""
+    args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume or args.eval_checkpoint:
+        checkpoint = load_checkpoint(args.eval_checkpoint or args.resume)
+        saved = Args(**{**checkpoint["args"], "resume": args.resume, "eval_checkpoint": args.eval_checkpoint})
+        args = tyro.cli(Args, default=saved)  # parse again: flags given on the command line win
+    check_args(args)
+    return args, checkpoint
+
+
+def make_env(env_id, idx, capture_video, video_folder):
+    def thunk():
+        if multiprocessing.parent_process() is not None:  # in a worker process (async mode)
+            # Ctrl-C reaches every process of the terminal's group: the main process saves and stops the run,
+            # the workers must not die under it mid-step. (SIGTERM stays fatal: it is how workers are stopped.)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if capture_video and idx == 0:
+            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.wrappers.RecordVideo(env, video_folder, disable_logger=True)
+        else:
+            env = gym.make(env_id)
+        if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
+            env = gym.wrappers.FlattenObservation(env)  # Discrete observations become one-hot vectors
+        # per sub-env statistics: under SAME_STEP they arrive in infos["final_info"]["episode"] (raw, unscaled returns)
+        return gym.wrappers.RecordEpisodeStatistics(env)
+
+    return thunk
+
+
+def make_envs(args, num_envs, video_folder, mode):
+    if args.capture_video and "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
+        os.environ["MUJOCO_GL"] = "egl"  # render MuJoCo without a display
+    env_fns = [make_env(args.env_id, i, args.capture_video, video_folder) for i in range(num_envs)]
+    try:  # detail 1: vectorized architecture, here with SAME_STEP autoreset
+        if mode == "async":
+            envs = gym.vector.AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        else:
+            envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    except gym.error.Error as e:
+        fail(f"cannot make env '{args.env_id}': {e}")
+    if not isinstance(envs.single_action_space, (gym.spaces.Discrete, gym.spaces.Box)):
+        envs.close()
+        fail(f"{args.env_id} has a {type(envs.single_action_space).__name__} action space; this script takes Discrete or Box")
+    return envs
+
+
+class EnvError(Exception):
+    """A sub-environment raised an exception or stopped answering."""
+
+
+def step_envs(envs, actions, env_id, timeout):
+    """One step of every sub-env. In async mode a sub-env that does not answer within `timeout` s counts as hung."""
+    try:
+        if isinstance(envs, gym.vector.AsyncVectorEnv):
+            envs.step_async(actions)
+            return envs.step_wait(timeout=timeout)
+        return envs.step(actions)
+    except multiprocessing.TimeoutError:
+        raise EnvError(f"a sub-environment of {env_id} did not answer a step within {timeout} s") from None
+    except Exception as e:
+        raise EnvError(f"a sub-environment of {env_id} raised {type(e).__name__}: {e}") from None
+
+
+def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
+    torch.nn.init.orthogonal_(layer.weight, std)  # detail 2: orthogonal init, zero biases
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+class Agent(nn.Module):
+    def __init__(self, envs):
+        super().__init__()
+        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        self.discrete = isinstance(envs.single_action_space, gym.spaces.Discrete)
+        action_dim = envs.single_action_space.n if self.discrete else int(np.prod(envs.single_action_space.shape))
+        # detail 13: separate actor and critic networks, 64-64 tanh
+        self.critic = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 1), std=1.0),
+        )
+        # the actor's output: logits of a categorical policy (Discrete) or the mean of a normal policy (Box)
+        self.actor = nn.Sequential(
+            layer_init(nn.Linear(obs_dim, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, 64)),
+            nn.Tanh(),
+            layer_init(nn.Linear(64, action_dim), std=0.01),
+        )
+        if not self.discrete:  # continuous detail 2: state-independent log standard deviation, starting at 0
+            self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))
+
+    def get_value(self, x):
+        return self.critic(x)
+
+    def get_action(self, x, action=None):
+        """The policy at x: an action (sampled unless given), its log-probability, and the policy's entropy."""
+        if self.discrete:
+            log_probs = torch.log_softmax(self.actor(x), dim=-1)  # the categorical distribution pi(.|x)
+            if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p
+                action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
+            logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+            return action, logprob, -(log_probs.exp() * log_probs).sum(-1)
+        # continuous details 1 and 3: a normal distribution per action dimension, log-probabilities summed
+        mean = self.actor(x)
+        log_std = self.actor_logstd.expand_as(mean)
+        std = log_std.exp()
+        if action is None:
+            action = mean + std * torch.randn_like(mean)
+        logprob = (-0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return action, logprob, (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
+
+    def get_action_and_value(self, x, action=None):
+        action, logprob, entropy = self.get_action(x, action)
+        return action, logprob, entropy, self.critic(x)
+
+    def act_deterministic(self, x):
+        """For evaluation: the most probable action (Discrete) or the mean (Box)."""
+        return self.actor(x).argmax(dim=-1) if self.discrete else self.actor(x)
+
+
+class RunningMeanStd:
+    """Mean and variance of everything seen so far, updated batch by batch (Chan et al.'s parallel formula)."""
+
+    def __init__(self, shape=()):
+        self.mean = np.zeros(shape, np.float64)
+        self.var = np.ones(shape, np.float64)
+        self.count = 1e-4
+
+    def update(self, batch):
+        batch_mean, batch_var, batch_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
+        delta = batch_mean - self.mean
+        total = self.count + batch_count
+        self.mean = self.mean + delta * batch_count / total
+        self.var = (self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total) / total
+        self.count = total
+
+    def state_dict(self):
+        return {"mean": torch.tensor(self.mean), "var": torch.tensor(self.var), "count": float(self.count)}
+
+    def load_state_dict(self, state):
+        self.mean, self.var, self.count = state["mean"].numpy().copy(), state["var"].numpy().copy(), state["count"]
+
+
+def normalize_obs(obs, obs_rms, enabled, update):
+    """Continuous details 6 and 7: observation normalization with statistics shared by all sub-envs, then clip.
+    update=False uses the statistics without changing them (evaluation)."""
+    if not enabled:
+        return obs.astype(np.float32)
+    if update:
+        obs_rms.update(obs)
+    return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
+
+
+class RewardScaler:
+    """Continuous details 8 and 9: divide rewards by the running std of the discounted return (no mean
+    subtracted), then clip. Each sub-env's discounted return restarts at every episode end, truncation included."""
+
+    def __init__(self, num_envs, gamma):
+        self.return_rms = RunningMeanStd()
+        self.discounted_return = np.zeros(num_envs, np.float64)
+        self.gamma = gamma
+
+    def scale(self, reward, real, done):
+        """reward, real (the step is a transition, not an autoreset), done (the step ended an episode): [num_envs]."""
+        self.discounted_return = self.discounted_return * self.gamma + reward
+        if real.any():
+            self.return_rms.update(self.discounted_return[real])
+        self.discounted_return[done] = 0.0
+        return np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -10.0, 10.0)
+
+
+def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
+    """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout.
+
+    values[t] is V(obs[t]); next_values[t] is V of the true observation after step t: V(obs[t + 1])
+    while the episode goes on, V(infos["final_obs"]) when step t ended it (under SAME_STEP, obs[t + 1]
+    already belongs to the next episode). A termination has no future: no bootstrap. A truncation
+    (time limit) bootstraps from the final observation. Any episode end stops the recursion, so
+    advantages never flow across episodes. Each column (sub-environment) is its own sequence.
+    """
+    advantages = np.zeros_like(rewards)
+    last_advantage = np.zeros(rewards.shape[1], dtype=rewards.dtype)
+    for t in reversed(range(rewards.shape[0])):
+        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
+        last_advantage = delta + gamma * gae_lambda * (1.0 - dones[t]) * last_advantage
+        advantages[t] = last_advantage
+    return advantages
+
+
+def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
+    """The clipped PPO loss on one minibatch of real transitions."""
+    _, new_logprob, entropy, new_value = agent.get_action_and_value(obs, actions)
+    new_value = new_value.view(-1)
+    logratio = new_logprob - old_logprobs
+    ratio = logratio.exp()
+
+    if args.norm_adv:  # detail 7: normalize advantages per minibatch
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+    # detail 8: clipped surrogate objective. The ratio pi_new/pi_old is clipped to [1-eps, 1+eps] and the
+    # pessimistic (larger) of the two losses is taken, so pushing the ratio past the clip never pays.
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    if args.clip_vloss:  # detail 9: value loss clipped around the rollout's value estimate
+        v_clipped = old_values + torch.clamp(new_value - old_values, -args.clip_coef, args.clip_coef)
+        v_loss = 0.5 * torch.max((new_value - returns) ** 2, (v_clipped - returns) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((new_value - returns) ** 2).mean()
+    entropy_loss = entropy.mean()
+    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # detail 10: one combined loss
+
+    with torch.no_grad():  # detail 12: debug variables; approx_kl is the k3 estimator
+        stats = {
+            "policy_loss": pg_loss,
+            "value_loss": v_loss,
+            "entropy": entropy_loss,
+            "old_approx_kl": (-logratio).mean(),
+            "approx_kl": ((ratio - 1) - logratio).mean(),
+            "clipfrac": ((ratio - 1.0).abs() > args.clip_coef).float().mean(),
+        }
+    return loss, stats
+
+
+def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iteration, obs_rms, reward_scaler):
+    checkpoint = {
+        "model": agent.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "global_step": global_step,
+        "iteration": iteration,
+        "args": asdict(args),
+        "run_name": run_name,
+        "rng_state": torch.get_rng_state(),
+        "obs_rms": obs_rms.state_dict(),
+        "return_rms": reward_scaler.return_rms.state_dict(),
+    }
+    tmp_path = path + ".tmp"
+    torch.save(checkpoint, tmp_path)
+    os.replace(tmp_path, path)  # atomic: the previous checkpoint stays whole until the new one is complete
+
+
+def print_progress(global_step, total, sps, recent_returns, last_print, final):
+    """A one-line progress bar, redrawn in place on a terminal, a plain line about every 30 s otherwise."""
+    now = time.time()
+    interactive = sys.stdout.isatty()
+    if now - last_print < (0.2 if interactive else 30.0) and not final:
+        return last_print
+    done = int(30 * global_step / total)
+    mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
+    line = f"[{'#' * done}{'.' * (30 - done)}] {global_step:,}/{total:,} steps | {sps:,} SPS | return {mean_return} (last {len(recent_returns)})"
+    print(f"\r{line}" if interactive else line, end="\n" if final or not interactive else "", flush=True)
+    return now
+
+
+def train(args, checkpoint=None):
+    batch_size = args.num_envs * args.num_steps
+    num_iterations = args.total_timesteps // batch_size
+    env_name = args.env_id.replace("/", "-")  # namespaced ids (ALE/Pong-v5) would otherwise nest folders
+    run_name = checkpoint["run_name"] if checkpoint else f"{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}"
+    run_dir = os.path.join("runs", run_name)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
+    global_step = checkpoint["global_step"] if checkpoint else 0
+    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
+    if start_iteration > num_iterations:
+        fail(f"the checkpoint is at step {global_step}: pass a --total-timesteps beyond it to extend the run")
+
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    torch.set_num_threads(1)  # a 64-64 MLP runs fastest on one thread; more threads only add overhead
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    envs = make_envs(args, args.num_envs, os.path.join("videos", run_name), args.vectorization_mode)
+    agent = Agent(envs).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
+    if checkpoint:
+        agent.load_state_dict(checkpoint["model"])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        torch.set_rng_state(checkpoint["rng_state"])
+    obs_rms = RunningMeanStd(envs.single_observation_space.shape)
+    reward_scaler = RewardScaler(args.num_envs, args.gamma)
+    if checkpoint:  # continuous detail 6: the normalization statistics continue with the run
+        obs_rms.load_state_dict(checkpoint["obs_rms"])
+        reward_scaler.return_rms.load_state_dict(checkpoint["return_rms"])
+
+    if args.track:
+        try:
+            import wandb
+        except ImportError:
+            fail("--track needs wandb: pip install wandb")
+        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
+                   name=run_name, id=run_name, resume="allow", save_code=True)
+    # purge_step: on resume, TensorBoard drops whatever the interrupted run logged after its checkpoint
+    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint else None)
+    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+
+    # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
+    obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
+    obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=np.float32)
+    final_obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=np.float32)  # normalized, where an episode ended
+    actions = np.zeros((args.num_steps, args.num_envs) + action_shape, dtype=np.int64 if agent.discrete else np.float32)
+    logprobs = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    terminations = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    dones = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+
+    stop_signal = []  # Ctrl-C / SIGTERM: finish the iteration, save, exit
+    handlers = {sig: signal.signal(sig, lambda signum, frame: stop_signal.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
+    gym_log_level = gym.logger.min_level
+    if args.vectorization_mode == "async":
+        gym.logger.min_level = gym.logger.ERROR + 1  # silences a crashing worker's traceback: we report its error in one line
+    recent_returns = deque(maxlen=20)
+    last_checkpoint_step = global_step if checkpoint else None
+    start_time, start_step, last_print = time.time(), global_step, 0.0
+    # A resumed run starts fresh episodes, seeded apart from the original run's first ones.
+    next_obs, _ = envs.reset(seed=args.seed + start_iteration - 1)
+    next_obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=True)
+    action_low, action_high = (None, None) if agent.discrete else (envs.single_action_space.low, envs.single_action_space.high)
+
+    iteration, completed_step, envs_failed = start_iteration, global_step, False
+    try:
+        for iteration in range(start_iteration, num_iterations + 1):
+            if args.anneal_lr:  # detail 4: learning rate falls linearly to 0 at the last iteration
+                frac = 1.0 - (iteration - 1.0) / num_iterations
+                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+
+            # Rollout: num_steps steps in every sub-environment with the current policy.
+            for step in range(args.num_steps):
+                global_step += args.num_envs
+                obs[step] = next_obs
+                with torch.no_grad():
+                    action, logprob, _ = agent.get_action(torch.from_numpy(obs[step]).to(device))
+                actions[step] = action.cpu().numpy()
+                logprobs[step] = logprob.cpu().numpy()
+
+                # continuous detail 5: the env gets the action clipped to its bounds; the buffer keeps the sampled one
+                env_actions = actions[step] if agent.discrete else np.clip(actions[step], action_low, action_high)
+                next_obs, reward, terminated, truncated, infos = step_envs(envs, env_actions, args.env_id, args.env_timeout)
+                if not np.isfinite(next_obs).all() or not np.isfinite(reward).all():
+                    raise FloatingPointError("observation" if not np.isfinite(next_obs).all() else "reward")
+                next_done = np.logical_or(terminated, truncated)
+                if next_done.any():
+                    # SAME_STEP: the finished sub-envs are already reset; their true last observation is in
+                    # infos["final_obs"]. Normalize it with the same statistics as every other observation.
+                    true_last_obs = next_obs.copy()
+                    true_last_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
+                    final_obs[step] = normalize_obs(true_last_obs, obs_rms, args.norm_obs, update=False)
+                    episode, ended = infos["final_info"]["episode"], infos["final_info"]["_episode"]
+                    for i in np.flatnonzero(ended):
+                        recent_returns.append(float(episode["r"][i]))
+                        writer.add_scalar("charts/episodic_return", episode["r"][i], global_step)
+                        writer.add_scalar("charts/episodic_length", episode["l"][i], global_step)
+                next_obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=True)
+                if args.norm_reward:
+                    reward = reward_scaler.scale(reward, real=np.ones(args.num_envs, dtype=bool), done=next_done)
+                rewards[step] = reward
+                terminations[step] = terminated
+                dones[step] = next_done
+
+            # The critic is fixed during the rollout, so its values are computed in one batch afterwards.
+            # next_values[t] is V of the true next observation of step t: obs[t + 1] while the episode goes on,
+            # the final observation where step t ended it.
+            with torch.no_grad():
+                values = agent.get_value(torch.from_numpy(obs).to(device)).view(args.num_steps, args.num_envs).cpu().numpy()
+                next_value = agent.get_value(torch.from_numpy(next_obs).to(device)).view(1, args.num_envs).cpu().numpy()
+                final_values = agent.get_value(torch.from_numpy(final_obs).to(device)).view(args.num_steps, args.num_envs).cpu().numpy()
+            next_values = np.where(dones > 0, final_values, np.concatenate([values[1:], next_value]))
+            advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma, args.gae_lambda)
+            returns = advantages + values  # detail 5: the value target is advantage + value
+
+            # Flatten the rollout into one batch: under SAME_STEP every row is a real transition.
+            b_obs = torch.from_numpy(obs.reshape((-1,) + obs_shape)).to(device)
+            b_actions = torch.from_numpy(actions.reshape((-1,) + action_shape)).to(device)
+            b_logprobs, b_advantages, b_returns, b_values = (torch.from_numpy(x.reshape(-1)).to(device) for x in (logprobs, advantages, returns, values))
+
+            # Update: update_epochs passes over the batch in shuffled minibatches.
+            clipfracs = []
+            for epoch in range(args.update_epochs):
+                # detail 6: a fresh shuffle each epoch; the minibatches together cover the whole batch
+                for mb in torch.randperm(len(b_obs), device=device).tensor_split(args.num_minibatches):
+                    loss, stats = ppo_loss(agent, b_obs[mb], b_actions[mb], b_logprobs[mb], b_advantages[mb], b_returns[mb], b_values[mb], args)
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError("loss")
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11: global gradient clip
+                    optimizer.step()
+                    clipfracs.append(stats["clipfrac"])
+                if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
+                    break
+
+            # Logging: the last minibatch's losses (as CleanRL does), clipfrac averaged over the update.
+            var_y = b_returns.var().item()
+            explained_var = np.nan if var_y == 0 else 1 - (b_returns - b_values).var().item() / var_y
+            sps = int((global_step - start_step) / (time.time() - start_time))
+            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
+            for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
+                writer.add_scalar(f"losses/{name}", stats[name].item(), global_step)
+            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
+            writer.add_scalar("losses/explained_variance", explained_var, global_step)
+            writer.add_scalar("charts/SPS", sps, global_step)
+            last_print = print_progress(global_step, args.total_timesteps, sps, recent_returns, last_print, iteration == num_iterations)
+
+            if iteration == num_iterations or stop_signal or (args.checkpoint_interval and iteration % args.checkpoint_interval == 0):
+                save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, global_step, iteration, obs_rms, reward_scaler)
+                last_checkpoint_step = global_step
+            completed_step = global_step
+            if stop_signal:
+                print(f"\nstopped at step {global_step:,}; checkpoint saved. Resume with: python {sys.argv[0]} --resume {checkpoint_path}")
+                raise SystemExit(128 + stop_signal[0])
+    except EnvError as e:  # a sub-env crashed or hung: keep what the run learned up to its last complete iteration
+        envs_failed = True
+        save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, completed_step, iteration - 1, obs_rms, reward_scaler)
+        fail(f"{e}; checkpoint of step {completed_step} saved: {checkpoint_path}")
+    except FloatingPointError as e:
+        saved = f"last good checkpoint: {checkpoint_path} (step {last_checkpoint_step})" if last_checkpoint_step is not None else "no checkpoint was written yet"
+        fail(f"non-finite {e} at global step {global_step}; stopped without saving; {saved}")
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        envs.close(terminate=envs_failed)  # terminate: kill the worker processes rather than wait for a hung one
+        writer.close()
+        gym.logger.min_level = gym_log_level
+    print(f"done: {global_step:,} steps; checkpoint at {checkpoint_path}")
+    return checkpoint_path
+
+
+def evaluate(args, checkpoint):
+    """Run the saved agent deterministically (most probable action, or the mean) with frozen normalization statistics."""
+    torch.manual_seed(args.seed)
+    video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
+    envs = make_envs(args, 1, video_folder, "sync")
+    agent = Agent(envs)
+    agent.load_state_dict(checkpoint["model"])
+    obs_rms = RunningMeanStd(envs.single_observation_space.shape)
+    obs_rms.load_state_dict(checkpoint["obs_rms"])  # continuous detail 6: the training statistics, frozen
+    episodic_returns = []
+    next_obs, _ = envs.reset(seed=args.seed)
+    while len(episodic_returns) < args.eval_episodes:
+        obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=False)
+        with torch.no_grad():
+            action = agent.act_deterministic(torch.from_numpy(obs)).numpy()
+        if not agent.discrete:
+            action = np.clip(action, envs.single_action_space.low, envs.single_action_space.high)
+        next_obs, _, terminated, truncated, infos = envs.step(action)
+        if terminated[0] or truncated[0]:
+            episodic_returns.append(float(infos["final_info"]["episode"]["r"][0]))
+    envs.close()
+    print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over {args.eval_episodes} episodes (step {checkpoint['global_step']:,})")
+    if args.capture_video:
+        print(f"videos in {video_folder}")
+    return episodic_returns
+
+
+def main():
+    try:
+        args, checkpoint = parse_args()
+        if args.eval_checkpoint:
+            evaluate(args, checkpoint)
+        else:
+            train(args, checkpoint)
+    except KeyboardInterrupt:  # Ctrl-C before training started (during training it saves a checkpoint instead)
+        raise SystemExit("interrupted")
+
+
+if __name__ == "__main__":
+    main()

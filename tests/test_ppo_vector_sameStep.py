@@ -1,0 +1,118 @@
+"""What only ppo_vector_sameStep.py does; the shared behaviour is tested in test_common.py."""
+
+import glob
+import multiprocessing
+import os
+
+import numpy as np
+import pytest
+import torch
+from conftest import scalars, short_args
+
+import ppo_vector_sameStep as ppo
+
+GAMMA, LAM = 0.9, 0.8
+
+
+def same_step_rollout(rng, num_steps=60, num_envs=3):
+    """Random rollout data as SAME_STEP gives it: every row real, episode ends anywhere. Within an episode
+    the next value is the next row's value; after an episode end it is V(final observation), unrelated."""
+    rewards, values, final_values = (rng.normal(size=(num_steps, num_envs)).astype(np.float32) for _ in range(3))
+    terminations = (rng.random((num_steps, num_envs)) < 0.1).astype(np.float32)
+    truncations = ((rng.random((num_steps, num_envs)) < 0.1) & (terminations == 0)).astype(np.float32)
+    dones = np.maximum(terminations, truncations)
+    next_values = np.where(dones > 0, final_values, np.concatenate([values[1:], final_values[-1:]]))
+    return rewards, values, next_values, terminations, truncations, dones
+
+
+def test_gae_matches_brute_force_reference():
+    rng = np.random.default_rng(0)
+    rewards, values, next_values, terminations, _, dones = same_step_rollout(rng)
+    expected = np.zeros_like(rewards)
+    for env in range(rewards.shape[1]):
+        for t in range(rewards.shape[0]):
+            for k in range(t, rewards.shape[0]):
+                delta = rewards[k, env] + GAMMA * next_values[k, env] * (1 - terminations[k, env]) - values[k, env]
+                expected[t, env] += (GAMMA * LAM) ** (k - t) * delta
+                if dones[k, env]:
+                    break
+    actual = ppo.compute_advantages(rewards, values, next_values, terminations, dones, GAMMA, LAM)
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_returns_with_lambda_one_bootstrap_from_the_final_value_only_on_truncation():
+    rng = np.random.default_rng(1)
+    rewards, values, next_values, terminations, truncations, dones = same_step_rollout(rng)
+    returns = ppo.compute_advantages(rewards, values, next_values, terminations, dones, GAMMA, 1.0) + values
+    num_steps, num_envs = rewards.shape
+    for env in range(num_envs):
+        for t in range(num_steps):
+            end = next((k for k in range(t, num_steps) if dones[k, env]), num_steps - 1)
+            expected = sum(GAMMA ** (k - t) * rewards[k, env] for k in range(t, end + 1))
+            if not terminations[end, env]:  # truncated, or cut by the rollout's end: V of the true next observation
+                expected += GAMMA ** (end - t + 1) * next_values[end, env]
+            assert returns[t, env] == pytest.approx(expected, rel=1e-4, abs=1e-4)
+
+
+@pytest.mark.parametrize("norm_obs", [False, True])
+def test_truncated_episodes_bootstrap_from_the_normalized_final_observation(in_tmp, monkeypatch, norm_obs):
+    """The env's observation counts the steps of the episode, 20 steps to a truncation: the final observation
+    (20) never comes back from step() under SAME_STEP (that returns the next episode's 0), only in final_obs."""
+    normalized_final = []
+    normalize_obs = ppo.normalize_obs
+
+    def spy_normalize(obs, obs_rms, enabled, update):
+        result = normalize_obs(obs, obs_rms, enabled, update)
+        if (obs == 20).any():
+            assert not update, "a final observation must not be counted twice in the statistics"
+            normalized_final.extend(result[obs[:, 0] == 20, 0].tolist())
+        return result
+
+    critic_inputs = []
+    get_value = ppo.Agent.get_value
+
+    def spy_value(agent, x):
+        critic_inputs.extend(x.reshape(-1).tolist())
+        return get_value(agent, x)
+
+    monkeypatch.setattr(ppo, "normalize_obs", spy_normalize)
+    monkeypatch.setattr(ppo.Agent, "get_value", spy_value)
+    ppo.train(short_args(ppo, env_id="test/CountingTruncated-v0", total_timesteps=512, norm_obs=norm_obs))
+    assert len(normalized_final) == 2 * (256 // 20)  # every episode end of both sub-envs
+    if not norm_obs:
+        assert normalized_final == [20.0] * len(normalized_final)
+    assert set(np.float32(normalized_final).tolist()) <= set(np.float32(critic_inputs).tolist())
+
+
+def test_sync_and_async_give_identical_runs(in_tmp):
+    runs = []
+    for mode in ("sync", "async"):
+        path = ppo.train(short_args(ppo, env_id="CartPole-v1", exp_name=mode, vectorization_mode=mode))
+        runs.append((scalars(os.path.dirname(path)), torch.load(path, weights_only=True)["model"]))
+    (tags_sync, model_sync), (tags_async, model_async) = runs
+    for tag in ("losses/policy_loss", "losses/value_loss", "charts/episodic_return"):
+        assert tags_sync[tag] == tags_async[tag]
+    for name in model_sync:
+        assert torch.equal(model_sync[name], model_async[name])
+
+
+@pytest.mark.parametrize("env_id, message", [("test/Crashing-v0", "raised RuntimeError: the simulator fell over"),
+                                             ("test/Hanging-v0", "did not answer a step within 3.0 s")])
+def test_a_crashing_or_hanging_worker_stops_the_run_after_a_checkpoint(in_tmp, env_id, message):
+    # each sub-env fails at its 300th step: vector step 300, in iteration 2 (256 steps an iteration)
+    args = short_args(ppo, env_id=env_id, vectorization_mode="async", env_timeout=3.0, total_timesteps=4096, checkpoint_interval=0)
+    with pytest.raises(SystemExit, match=f"a sub-environment of {env_id} {message}; checkpoint of step 512 saved"):
+        ppo.train(args)
+    assert multiprocessing.active_children() == []  # no worker left behind
+    checkpoint = ppo.load_checkpoint(glob.glob("runs/*/checkpoint.pt")[0])
+    assert checkpoint["global_step"] == 512 and checkpoint["iteration"] == 1
+
+
+def test_discrete_and_box_action_spaces_get_their_own_policy_head(in_tmp, capsys):
+    for env_id, discrete in (("CartPole-v1", True), ("Pendulum-v1", False)):
+        path = ppo.train(short_args(ppo, env_id=env_id, total_timesteps=512))
+        checkpoint = ppo.load_checkpoint(path)
+        assert ("actor_logstd" in checkpoint["model"]) is not discrete
+        args = ppo.Args(**{**checkpoint["args"], "eval_checkpoint": path, "eval_episodes": 2})
+        assert len(ppo.evaluate(args, checkpoint)) == 2
+    assert "mean return" in capsys.readouterr().out
