@@ -1,9 +1,10 @@
-"""Whole-process speed: this project's scripts against Stable-Baselines3 PPO with identical settings.
+"""Whole-process speed of two commands with identical settings, e.g. this project's script against
+Stable-Baselines3 PPO, or async against sync sub-environments.
 
 Each run is a separate process, timed from start to exit (imports, env creation and the whole
 training), and the two contenders alternate (A B A B ...) so that drift of a shared machine hits
-both alike. Prints steps per second for every run, the medians and the ratio; `--env-alone` also
-times the same vector env stepping random actions with no learner, as the ceiling.
+both alike. Prints steps per second for every run, the medians and the ratio A/B; `--env-alone` also
+times the case's vector env stepping random actions with no learner, as the ceiling.
 
     pip install -r requirements.txt -r benchmarks/requirements.txt
     python benchmarks/speed.py --case cartpole --total-timesteps 500000 --repeats 3
@@ -19,25 +20,41 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SB3 = "benchmarks/sb3_ppo.py"
+WAITING = "benchmarks.waiting_env:WaitingPendulum-v0"
+NO_CHECKPOINTS = ["--checkpoint-interval", "0"]
 
-# case -> (env id, our script, extra SB3 flags); both sides use the script's default hyperparameters.
+# case -> (env id, {name: [script, flags...]}) for contenders A and B; every command also gets
+# --env-id, --total-timesteps and --seed. Both sides run the same hyperparameters: our scripts'
+# defaults, which sb3_ppo.py copies.
 CASES = {
-    "cartpole": ("CartPole-v1", "ppo_discrete.py", []),
-    "hopper": ("Hopper-v5", "ppo_continuous.py", ["--continuous"]),
-    "humanoid": ("Humanoid-v5", "ppo_continuous.py", ["--continuous"]),
+    "cartpole": ("CartPole-v1", {"ppo_discrete.py": ["ppo_discrete.py", *NO_CHECKPOINTS], "SB3": [SB3]}),
+    "hopper": ("Hopper-v5", {"ppo_continuous.py": ["ppo_continuous.py", *NO_CHECKPOINTS], "SB3": [SB3, "--continuous"]}),
+    "humanoid": ("Humanoid-v5", {"ppo_continuous.py": ["ppo_continuous.py", *NO_CHECKPOINTS], "SB3": [SB3, "--continuous"]}),
+    # what worker processes buy: 8 sub-envs that each wait ~1 ms per step
+    "waiting": (WAITING, {
+        "async": ["ppo_vector_sameStep.py", "--num-envs", "8", "--num-steps", "256", "--vectorization-mode", "async", *NO_CHECKPOINTS],
+        "sync": ["ppo_vector_sameStep.py", "--num-envs", "8", "--num-steps", "256", "--vectorization-mode", "sync", *NO_CHECKPOINTS],
+    }),
+    # the same hyperparameters as ppo_continuous.py's defaults (1 sub-env x 2048 steps), its env in a worker process
+    "humanoid-vector": ("Humanoid-v5", {
+        "ppo_vector_sameStep.py": ["ppo_vector_sameStep.py", "--num-envs", "1", "--num-steps", "2048", *NO_CHECKPOINTS],
+        "ppo_continuous.py": ["ppo_continuous.py", *NO_CHECKPOINTS],
+    }),
 }
 
 
 def timed_run(command, workdir):
     start = time.perf_counter()
-    result = subprocess.run([sys.executable] + command, cwd=workdir, capture_output=True, text=True)
+    environment = {**os.environ, "PYTHONPATH": ROOT}  # lets gymnasium import benchmarks.waiting_env
+    result = subprocess.run([sys.executable] + command, cwd=workdir, capture_output=True, text=True, env=environment)
     if result.returncode != 0:
         sys.exit(f"failed: {' '.join(command)}\n{result.stderr[-2000:]}")
     return time.perf_counter() - start
 
 
 def env_alone_sps(env_id, total_timesteps, seed):
-    """The vector env our scripts build (one sub-env, episode statistics), stepping random actions."""
+    """The vector env ppo_continuous.py builds (one sub-env, episode statistics), stepping random actions."""
     import gymnasium as gym
 
     envs = gym.wrappers.vector.RecordEpisodeStatistics(gym.vector.SyncVectorEnv([lambda: gym.make(env_id)]))
@@ -58,24 +75,21 @@ def main():
     parser.add_argument("--env-alone", action="store_true", help="also time the env alone with random actions")
     cli = parser.parse_args()
 
-    env_id, script, sb3_flags = CASES[cli.case]
+    env_id, contenders = CASES[cli.case]
     common = ["--env-id", env_id, "--total-timesteps", str(cli.total_timesteps), "--seed", str(cli.seed)]
-    commands = {
-        "ours": [os.path.join(ROOT, script), "--checkpoint-interval", "0", *common],
-        "sb3": [os.path.join(ROOT, "benchmarks", "sb3_ppo.py"), *sb3_flags, *common],
-    }
-    sps = {name: [] for name in commands}
+    sps = {name: [] for name in contenders}
     with tempfile.TemporaryDirectory() as workdir:  # runs/ of the timed runs go here, not into the repository
         for repeat in range(cli.repeats):
-            for name, command in commands.items():
-                elapsed = timed_run(command, workdir)
+            for name, (script, *flags) in contenders.items():
+                elapsed = timed_run([os.path.join(ROOT, script), *flags, *common], workdir)
                 sps[name].append(cli.total_timesteps / elapsed)
                 print(f"{env_id} repeat {repeat + 1} {name}: {elapsed:.1f} s, {sps[name][-1]:,.0f} SPS", flush=True)
-    ours, sb3 = statistics.median(sps["ours"]), statistics.median(sps["sb3"])
-    print(f"{env_id}: {script} {ours:,.0f} SPS, SB3 {sb3:,.0f} SPS (medians of {cli.repeats}), ratio {ours / sb3:.2f}x, {os.cpu_count()} cores")
+    (name_a, sps_a), (name_b, sps_b) = ((name, statistics.median(values)) for name, values in sps.items())
+    print(f"{env_id}: {name_a} {sps_a:,.0f} SPS, {name_b} {sps_b:,.0f} SPS (medians of {cli.repeats}), "
+          f"ratio {sps_a / sps_b:.2f}x, {os.cpu_count()} cores")
     if cli.env_alone:
         alone = env_alone_sps(env_id, min(cli.total_timesteps, 50000), cli.seed)
-        print(f"{env_id}: env alone with random actions {alone:,.0f} SPS; {script} runs at {ours / alone:.0%} of it")
+        print(f"{env_id}: env alone with random actions {alone:,.0f} SPS; {name_a} runs at {sps_a / alone:.0%} of it")
 
 
 if __name__ == "__main__":
