@@ -194,6 +194,19 @@ def make_envs(args, num_envs, video_folder, mode):
     return envs
 
 
+def close_envs(envs, failed):
+    """Close the sub-envs. After a failure, or when a worker process has died, stop the workers without
+    talking to them: gymnasium's close() would wait for the step in flight or write to a dead worker's pipe."""
+    async_envs = isinstance(envs, gym.vector.AsyncVectorEnv)
+    if not (async_envs and (failed or not all(process.is_alive() for process in envs.processes))):
+        envs.close()
+        return
+    for process in envs.processes:
+        process.terminate()
+        process.join()
+    envs.closed = True
+
+
 class EnvError(Exception):
     """A sub-environment raised an exception or stopped answering."""
 
@@ -571,7 +584,7 @@ def train(args, checkpoint=None):
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
-        envs.close(terminate=envs_failed)  # terminate: kill the worker processes rather than wait for a hung one
+        close_envs(envs, envs_failed)
         writer.close()
         gym.logger.min_level = gym_log_level
     print(f"done: {global_step:,} steps; checkpoint at {checkpoint_path}")
