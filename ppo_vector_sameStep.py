@@ -482,6 +482,7 @@ def train(args, checkpoint=None):
     next_obs, _ = envs.reset(seed=args.seed + start_iteration - 1)
     next_obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=True)
     action_low, action_high = (None, None) if agent.discrete else (envs.single_action_space.low, envs.single_action_space.high)
+    every_env = np.ones(args.num_envs, dtype=bool)  # under SAME_STEP every step of every sub-env is a real transition
 
     iteration, completed_step, envs_failed = start_iteration, global_step, False
     try:
@@ -518,7 +519,7 @@ def train(args, checkpoint=None):
                         writer.add_scalar("charts/episodic_length", episode["l"][i], global_step)
                 next_obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=True)
                 if args.norm_reward:
-                    reward = reward_scaler.scale(reward, real=np.ones(args.num_envs, dtype=bool), done=next_done)
+                    reward = reward_scaler.scale(reward, real=every_env, done=next_done)
                 rewards[step] = reward
                 terminations[step] = terminated
                 dones[step] = next_done
