@@ -61,14 +61,15 @@ def main():
                     break
         rows.append((seed, reached_step, reached_time, returns[-100:].mean(), events[-1].step, wall))
         reached = f"{reached_step:,} steps, {reached_time:.0f} s" if reached_step else "not reached"
-        print(f"seed {seed}: threshold {reached}; last-100 mean {rows[-1][3]:.1f} at {rows[-1][4]:,} steps; run {wall:.0f} s", flush=True)
+        print(f"seed {seed}: threshold {reached if cli.threshold is not None else 'none'}; last-100 mean {rows[-1][3]:.1f} at {rows[-1][4]:,} steps; run {wall:.0f} s", flush=True)
 
     finals = np.array([row[3] for row in rows])
-    print(f"\n| seed | steps to reach {cli.threshold} (last {cli.window}) | wall time to reach | last-100 mean at end | steps | run wall time |")
-    print("|---|---|---|---|---|---|")
+    reach_header = f" steps to reach {cli.threshold:g} (last {cli.window}) | wall time to reach |" if cli.threshold is not None else ""
+    print(f"\n| seed |{reach_header} last-100 mean at end | steps | run wall time |")
+    print("|---|" + ("---|---|" if reach_header else "") + "---|---|---|")
     for seed, step, seconds, final, steps, wall in rows:
-        reach = (f"{step:,}", f"{seconds:.0f} s") if step else ("not reached", "-")
-        print(f"| {seed} | {reach[0]} | {reach[1]} | {final:.1f} | {steps:,} | {wall:.0f} s |")
+        reach = (f" {step:,} | {seconds:.0f} s |" if step else " not reached | - |") if reach_header else ""
+        print(f"| {seed} |{reach} {final:.1f} | {steps:,} | {wall:.0f} s |")
     print(f"\n{cli.env_id}, {cli.script}: last-100 mean {finals.mean():.1f} ± {finals.std():.1f} over seeds {cli.seeds}")
 
 
