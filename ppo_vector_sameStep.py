@@ -511,6 +511,8 @@ def train(args, checkpoint=None):
                     # infos["final_obs"]. Normalize it with the same statistics as every other observation.
                     true_last_obs = next_obs.copy()
                     true_last_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
+                    if not np.isfinite(true_last_obs).all():
+                        raise FloatingPointError("final observation")
                     final_obs[step] = normalize_obs(true_last_obs, obs_rms, args.norm_obs, update=False)
                     episode, ended = infos["final_info"]["episode"], infos["final_info"]["_episode"]
                     for i in np.flatnonzero(ended):
