@@ -67,7 +67,7 @@ def test_env_gets_clipped_actions_while_the_buffer_keeps_the_sampled_ones(in_tmp
 
 
 def test_observation_statistics_are_shared_saved_restored_and_frozen(in_tmp, monkeypatch):
-    # CartPole-like check on Pendulum: 2 sub-envs feed one set of statistics, counted once per observation
+    # Pendulum, 2 sub-envs: one set of statistics, counted once per observation of either sub-env
     path = ppo.train(short_args(ppo))
     checkpoint = torch.load(path, weights_only=True)
     saved = checkpoint["obs_rms"]
@@ -129,13 +129,14 @@ def test_mujoco_evaluation_records_video_headless(in_tmp, capsys, monkeypatch):
     assert glob.glob(str(in_tmp / "videos" / "*-eval" / "*.mp4"))
 
 
+PENDULUM_STEPS = 40960
+PENDULUM_SETTINGS = dict(num_envs=4, num_steps=512, gamma=0.9, learning_rate=1e-3, num_minibatches=16, update_epochs=10)
+
+
 def test_pendulum_learns(in_tmp):
     # A random policy scores about -1200 to -1400 on Pendulum-v1.
     args = ppo.Args(env_id="Pendulum-v1", total_timesteps=PENDULUM_STEPS, checkpoint_interval=0, cuda=False, **PENDULUM_SETTINGS)
     path = ppo.train(args)
     returns = [value for _, value in scalars(os.path.dirname(path))["charts/episodic_return"]]
-    assert np.mean(returns[-20:]) > -900  # seeds 1 and 2 reach about -650 to -700 at 41k steps
+    assert np.mean(returns[-20:]) > -900  # seed 1 (this test) reaches -615 here, seed 2 -674
 
-
-PENDULUM_STEPS = 40960
-PENDULUM_SETTINGS = dict(num_envs=4, num_steps=512, gamma=0.9, learning_rate=1e-3, num_minibatches=16, update_epochs=10)
