@@ -1,0 +1,229 @@
+"""Benchmark runner: every script x env id x seed as its own process, N at a time, then a results table.
+
+    python benchmarks/run.py --scripts ppo_discrete.py --env-ids CartPole-v1 Acrobot-v1 --seeds 1 2 3 --out benchmark_runs/bench
+
+Flags the runner does not know go to every run (e.g. `--total-timesteps 100000`). Each run works in
+its own folder <out>/<script>__<env id>__<seed>/: run.json (its command), log.txt (its console output),
+runs/ (its TensorBoard run and checkpoint) and, once it has ended, result.json. Started again with the
+same command, the runner skips the runs that ended (finished or failed) and resumes interrupted ones
+from their last checkpoint. Ctrl-C stops every run cleanly, each saving a checkpoint first.
+At the end it writes <out>/results.md and <out>/results.csv, over every ended run in <out>.
+"""
+
+import argparse
+import csv
+import ctypes
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from scores import RunNotReadable, read_run  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRESS_LINE = re.compile(r"([\d,]+)/([\d,]+) steps")
+FINAL_EPISODES = 100  # the final return of a run is the mean of its last 100 episodes
+
+
+def write_json(path, data):
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def planned_runs(cli, script_flags):
+    runs = []
+    for script in cli.scripts:
+        for env_id in cli.env_ids:
+            for seed in cli.seeds:
+                name = f"{os.path.splitext(script)[0]}__{env_id.replace('/', '-')}__{seed}"
+                command = [script, "--env-id", env_id, "--seed", str(seed), "--exp-name", "benchmark", *script_flags]
+                runs.append({"script": script, "env_id": env_id, "seed": seed, "command": command,
+                             "folder": os.path.join(cli.out, name)})
+    return runs
+
+
+def stop_with_runner():
+    """Runs in the child before it starts: Linux sends it SIGTERM if the runner dies, even by SIGKILL."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def start(run):
+    state = read_json(os.path.join(run["folder"], "run.json"))
+    command = [sys.executable, os.path.join(ROOT, run["script"]), *run["command"][1:]]
+    checkpoints = glob.glob(os.path.join(run["folder"], "runs", "*", "checkpoint.pt"))
+    if checkpoints:  # an interrupted run continues from its last checkpoint
+        command += ["--resume", checkpoints[0]]
+    log = open(os.path.join(run["folder"], "log.txt"), "a")
+    log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(command)}\n")
+    log.flush()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    run["process"] = subprocess.Popen(command, cwd=run["folder"], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                      start_new_session=True,  # the runner alone decides when its runs stop
+                                      preexec_fn=stop_with_runner if sys.platform.startswith("linux") else None)
+    log.close()
+    run["started"] = time.time()
+    run["elapsed_before"] = state["elapsed"]
+
+
+def account_time(run):
+    """Add this attempt's wall time to the run's total in run.json; return the total."""
+    state = read_json(os.path.join(run["folder"], "run.json"))
+    state["elapsed"] = run["elapsed_before"] + time.time() - run["started"]
+    write_json(os.path.join(run["folder"], "run.json"), state)
+    return state["elapsed"]
+
+
+def finish(run):
+    """Write result.json for a run whose process has ended on its own."""
+    wall_time = account_time(run)
+    returncode = run["process"].returncode
+    result = {"script": run["script"], "env_id": run["env_id"], "seed": run["seed"], "wall_time": wall_time,
+              "status": "failed", "reason": None}
+    log_path = os.path.join(run["folder"], "log.txt")
+    try:
+        if returncode != 0:
+            with open(log_path, errors="replace") as f:
+                last_line = ([line.strip() for line in f if line.strip()] or [""])[-1]
+            raise RunNotReadable(f"exit code {returncode}: {last_line[:300]} (log: {log_path})")
+        logged = read_run(run["folder"])
+        bad = np.flatnonzero(~np.isfinite(logged["returns"]))
+        if bad.size:
+            raise RunNotReadable(f"non-finite episodic return at step {logged['steps'][bad[0]]:,}")
+        result.update(status="finished", final_return=float(logged["returns"][-FINAL_EPISODES:].mean()),
+                      episodes=int(logged["returns"].size), steps=int(logged["last_step"]),
+                      sps=logged["last_step"] / wall_time)
+    except RunNotReadable as reason:
+        result["reason"] = str(reason)
+    write_json(os.path.join(run["folder"], "result.json"), result)
+    return result
+
+
+def run_progress(run):
+    """'120,000/500,000' from the last progress line the run printed, or '' before its first."""
+    with open(os.path.join(run["folder"], "log.txt"), "rb") as f:
+        f.seek(max(0, os.path.getsize(f.name) - 2000))
+        matches = PROGRESS_LINE.findall(f.read().decode(errors="replace"))
+    return f"{matches[-1][0]}/{matches[-1][1]}" if matches else ""
+
+
+def print_status(runs, running, interactive):
+    ended = [run for run in runs if os.path.exists(os.path.join(run["folder"], "result.json"))]
+    failed = sum(read_json(os.path.join(run["folder"], "result.json"))["status"] == "failed" for run in ended)
+    active = ", ".join(f"{os.path.basename(run['folder'])} {run_progress(run)}".strip() for run in running)
+    line = f"{len(ended)}/{len(runs)} ended ({failed} failed) | running: {active or '-'}"
+    print(f"\r{line[:200]:<200}" if interactive else line, end="" if interactive else "\n", flush=True)
+
+
+def summarize(out):
+    """results.md and results.csv: per script and env, the final return over seeds, steps, wall time, SPS."""
+    groups = {}
+    for path in sorted(glob.glob(os.path.join(out, "*", "result.json"))):
+        result = read_json(path)
+        groups.setdefault((result["script"], result["env_id"]), []).append(result)
+    header = ["script", "env_id", "seeds", "failed", "final_return_mean", "final_return_std", "steps", "wall_time_s", "sps"]
+    rows = []
+    for (script, env_id), results in groups.items():
+        ok = [r for r in results if r["status"] == "finished"]
+        finals = np.array([r["final_return"] for r in ok])
+        mean = lambda key: float(np.mean([r[key] for r in ok])) if ok else float("nan")  # noqa: E731
+        rows.append([script, env_id, len(ok), len(results) - len(ok), finals.mean() if ok else float("nan"),
+                     finals.std() if ok else float("nan"), mean("steps"), mean("wall_time"), mean("sps")])
+    with open(os.path.join(out, "results.csv"), "w", newline="") as f:
+        csv.writer(f).writerows([header, *[[round(x, 3) if isinstance(x, float) else x for x in row] for row in rows]])
+    lines = ["| script | env | final return (last 100 episodes, mean ± std over seeds) | seeds | steps | wall time | SPS |",
+             "|---|---|---|---|---|---|---|"]
+    for script, env_id, n_ok, n_failed, mean, std, steps, wall_time, sps in rows:
+        seeds = f"{n_ok}" + (f" ({n_failed} failed)" if n_failed else "")
+        if n_ok:
+            lines.append(f"| {script} | {env_id} | {mean:.1f} ± {std:.1f} | {seeds} | {steps:,.0f} | {wall_time / 60:.1f} min | {sps:,.0f} |")
+        else:
+            lines.append(f"| {script} | {env_id} | - | {seeds} | - | - | - |")
+    table = "\n".join(lines) + "\n"
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write(table)
+    return table
+
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scripts", nargs="+", default=["ppo_discrete.py"], help="scripts of this repository")
+    parser.add_argument("--env-ids", nargs="+", default=["CartPole-v1"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--workers", type=int, default=os.cpu_count(), help="runs at a time (default: the machine's cores)")
+    parser.add_argument("--out", default="benchmark_runs/bench", help="folder for the runs and the results table")
+    cli, script_flags = parser.parse_known_args()
+    for script in cli.scripts:
+        if not os.path.isfile(os.path.join(ROOT, script)):
+            parser.error(f"no script {script} in {ROOT}")
+    if cli.workers < 1:
+        parser.error("--workers must be at least 1")
+
+    runs = planned_runs(cli, script_flags)
+    for run in runs:
+        state_path = os.path.join(run["folder"], "run.json")
+        if os.path.exists(state_path) and read_json(state_path)["command"] != run["command"]:
+            sys.exit(f"error: {run['folder']} holds a run of another command ({' '.join(read_json(state_path)['command'])}); "
+                     "use another --out")
+    for run in runs:
+        os.makedirs(run["folder"], exist_ok=True)
+        if not os.path.exists(os.path.join(run["folder"], "run.json")):
+            write_json(os.path.join(run["folder"], "run.json"), {"command": run["command"], "elapsed": 0.0})
+    pending = [run for run in runs if not os.path.exists(os.path.join(run["folder"], "result.json"))]
+    print(f"{len(runs)} runs, {len(runs) - len(pending)} already ended, {cli.workers} at a time; logs in {cli.out}/*/log.txt", flush=True)
+
+    signal.signal(signal.SIGTERM, interrupt)
+    interactive = sys.stdout.isatty()
+    running, last_status = [], 0.0
+    try:
+        while pending or running:
+            while pending and len(running) < cli.workers:
+                running.append(pending.pop(0))
+                start(running[-1])
+                last_status = 0.0
+            for run in [run for run in running if run["process"].poll() is not None]:
+                running.remove(run)
+                result = finish(run)
+                if result["status"] == "failed":
+                    print(("\n" if interactive else "") + f"failed: {os.path.basename(run['folder'])}: {result['reason']}", flush=True)
+                last_status = 0.0
+            if time.time() - last_status > (1.0 if interactive else 30.0):
+                print_status(runs, running, interactive)
+                last_status = time.time()
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        print(f"\nstopping {len(running)} runs (each saves a checkpoint) ...", flush=True)
+        for run in running:
+            run["process"].send_signal(signal.SIGTERM)
+        for run in running:
+            try:
+                run["process"].wait(timeout=300)
+            except subprocess.TimeoutExpired:
+                run["process"].kill()
+                run["process"].wait()
+            account_time(run)
+        print("stopped; run the same command again to finish the rest", flush=True)
+        sys.exit(130)
+    print(("\n" if interactive else "") + summarize(cli.out), end="")
+    print(f"written: {os.path.join(cli.out, 'results.md')} and results.csv", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,83 @@
+"""Shared by the benchmark tools: read a run's episodic returns, and normalize scores across envs.
+
+A normalized score is 0 for a uniformly random policy and 1 for the reference: CleanRL's published PPO
+(mean of the last 100 episodes over 3 seeds) where it has one, else rl-baselines3-zoo's tuned PPO.
+The random-policy returns were measured here with (100 episodes, seed 0):
+
+    python benchmarks/scores.py CartPole-v1 Acrobot-v1 LunarLander-v3 Pendulum-v1 HalfCheetah-v5 Hopper-v5 Walker2d-v5 Humanoid-v5
+"""
+
+import glob
+import os
+import sys
+
+import numpy as np
+
+RETURN_TAG = "charts/episodic_return"
+
+# env id: (random policy's return, reference return)
+SCORE_RANGES = {
+    "CartPole-v1": (23.7, 490.0),  # CleanRL ppo.py, 500k steps
+    "Acrobot-v1": (-497.1, -86.4),  # CleanRL ppo.py, 500k steps
+    "LunarLander-v3": (-192.0, 200.0),  # the env's "solved" return
+    "Pendulum-v1": (-1207.6, -172.0),  # rl-baselines3-zoo, 100k steps
+    "HalfCheetah-v5": (-282.5, 1442.6),  # CleanRL ppo_continuous_action.py, 1M steps (v4)
+    "Hopper-v5": (16.7, 2382.9),  # same
+    "Walker2d-v5": (1.8, 2288.0),  # same
+    "Humanoid-v5": (112.6, 716.1),  # same
+}
+
+
+class RunNotReadable(Exception):
+    pass
+
+
+def read_run(run_folder):
+    """The TensorBoard run under `run_folder`: every episode's step, wall time and return, and the last step logged."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    event_files = glob.glob(os.path.join(run_folder, "**", "events.out.tfevents.*"), recursive=True)
+    if not event_files:
+        raise RunNotReadable(f"no TensorBoard events under {run_folder}")
+    events = EventAccumulator(os.path.dirname(event_files[0]), size_guidance={"scalars": 0})
+    events.Reload()
+    tags = events.Tags()["scalars"]
+    if RETURN_TAG not in tags:
+        raise RunNotReadable(f"no {RETURN_TAG} logged under {run_folder} (no episode finished?)")
+    episodes = sorted(events.Scalars(RETURN_TAG), key=lambda e: e.step)
+    return {
+        "steps": np.array([e.step for e in episodes]),
+        "wall_times": np.array([e.wall_time for e in episodes]),
+        "returns": np.array([e.value for e in episodes], dtype=np.float64),
+        "last_step": max(e.step for tag in tags for e in events.Scalars(tag)),
+    }
+
+
+def normalized_score(env_id, score):
+    if env_id not in SCORE_RANGES:
+        raise KeyError(f"no score range for {env_id}: add its random and reference returns to SCORE_RANGES in benchmarks/scores.py")
+    random_return, reference_return = SCORE_RANGES[env_id]
+    return (score - random_return) / (reference_return - random_return)
+
+
+def random_policy_return(env_id, episodes=100, seed=0):
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    env.action_space.seed(seed)
+    returns = []
+    for episode in range(episodes):
+        env.reset(seed=seed + episode)
+        total, done = 0.0, False
+        while not done:
+            _, reward, terminated, truncated, _ = env.step(env.action_space.sample())
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    return float(np.mean(returns))
+
+
+if __name__ == "__main__":
+    for env_id in sys.argv[1:]:
+        value = random_policy_return(env_id)
+        print(f"{env_id}: random policy {value:.1f}", flush=True)
