@@ -12,7 +12,6 @@ At the end it writes <out>/results.md and <out>/results.csv, over every ended ru
 
 import argparse
 import csv
-import ctypes
 import glob
 import json
 import os
@@ -25,7 +24,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from scores import RunNotReadable, read_run  # noqa: E402
+from common import RunNotReadable, read_run, stop_with_parent  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRESS_LINE = re.compile(r"([\d,]+)/([\d,]+) steps")
@@ -55,12 +54,6 @@ def planned_runs(cli, script_flags):
     return runs
 
 
-def stop_with_runner():
-    """Runs in the child before it starts: Linux sends it SIGTERM if the runner dies, even by SIGKILL."""
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
 def start(run):
     state = read_json(os.path.join(run["folder"], "run.json"))
     command = [sys.executable, os.path.join(ROOT, run["script"]), *run["command"][1:]]
@@ -73,7 +66,7 @@ def start(run):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     run["process"] = subprocess.Popen(command, cwd=run["folder"], stdout=log, stderr=subprocess.STDOUT, env=env,
                                       start_new_session=True,  # the runner alone decides when its runs stop
-                                      preexec_fn=stop_with_runner if sys.platform.startswith("linux") else None)
+                                      preexec_fn=stop_with_parent)
     log.close()
     run["started"] = time.time()
     run["elapsed_before"] = state["elapsed"]

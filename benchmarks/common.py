@@ -1,14 +1,17 @@
-"""Shared by the benchmark tools: read a run's episodic returns, and normalize scores across envs.
+"""Shared by the benchmark tools: read a run's episodic returns, normalize scores across envs, and tie a
+child process's life to its parent's.
 
 A normalized score is 0 for a uniformly random policy and 1 for the reference: CleanRL's published PPO
 (mean of the last 100 episodes over 3 seeds) where it has one, else rl-baselines3-zoo's tuned PPO.
 The random-policy returns were measured here with (100 episodes, seed 0):
 
-    python benchmarks/scores.py CartPole-v1 Acrobot-v1 LunarLander-v3 Pendulum-v1 HalfCheetah-v5 Hopper-v5 Walker2d-v5 Humanoid-v5
+    python benchmarks/common.py CartPole-v1 Acrobot-v1 LunarLander-v3 Pendulum-v1 HalfCheetah-v5 Hopper-v5 Walker2d-v5 Humanoid-v5
 """
 
+import ctypes
 import glob
 import os
+import signal
 import sys
 
 import numpy as np
@@ -33,7 +36,8 @@ class RunNotReadable(Exception):
 
 
 def read_run(run_folder):
-    """The TensorBoard run under `run_folder`: every episode's step, wall time and return, and the last step logged."""
+    """The TensorBoard run under `run_folder`: every episode's step, wall time and return, the last step
+    logged, and when the run started."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     event_files = glob.glob(os.path.join(run_folder, "**", "events.out.tfevents.*"), recursive=True)
@@ -50,14 +54,22 @@ def read_run(run_folder):
         "wall_times": np.array([e.wall_time for e in episodes]),
         "returns": np.array([e.value for e in episodes], dtype=np.float64),
         "last_step": max(e.step for tag in tags for e in events.Scalars(tag)),
+        "start_time": events.FirstEventTimestamp(),
     }
 
 
 def normalized_score(env_id, score):
     if env_id not in SCORE_RANGES:
-        raise KeyError(f"no score range for {env_id}: add its random and reference returns to SCORE_RANGES in benchmarks/scores.py")
+        raise KeyError(f"no score range for {env_id}: add its random and reference returns to SCORE_RANGES in benchmarks/common.py")
     random_return, reference_return = SCORE_RANGES[env_id]
     return (score - random_return) / (reference_return - random_return)
+
+
+def stop_with_parent():
+    """For subprocess.Popen(preexec_fn=...): Linux sends the child SIGTERM when its parent dies, even by SIGKILL."""
+    if sys.platform.startswith("linux"):
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def random_policy_return(env_id, episodes=100, seed=0):

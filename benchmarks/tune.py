@@ -1,0 +1,188 @@
+"""Hyperparameter sweep with Optuna: one study, shared by every process that runs the same command.
+
+    python benchmarks/tune.py --script ppo_discrete.py --env-ids CartPole-v1 Acrobot-v1 --num-trials 50 --num-seeds 2 --total-timesteps 100000
+
+A trial runs the script once per env and seed with the sampled flags and scores it by the normalized
+return (0 = random policy, 1 = reference; benchmarks/common.py) of each run's last 100 episodes,
+averaged over envs and seeds. After each run the trial reports its mean so far, and the median rule
+prunes a trial that trails the earlier trials at the same point. --num-trials counts the trials of the
+whole study, whichever process ran them.
+
+Storage: by default a journal file (<work-dir>/<study-name>.journal), which the processes of one machine
+can share: start the command several times to run trials side by side. With a database URL, e.g.
+`--storage postgresql://user:password@host/dbname`, every machine that runs the same command joins the
+same study. Ctrl-C stops a process; its unfinished trial is queued again, with the same parameters, for
+the next start. Flags the tuner does not know go to every run unchanged.
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import optuna
+from optuna.trial import TrialState
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import SCORE_RANGES, RunNotReadable, normalized_score, read_run, stop_with_parent  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FINAL_EPISODES = 100
+
+
+def common_space(trial):
+    return {
+        "learning-rate": trial.suggest_float("learning-rate", 1e-5, 3e-3, log=True),
+        "gamma": trial.suggest_categorical("gamma", [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]),
+        "gae-lambda": trial.suggest_categorical("gae-lambda", [0.8, 0.9, 0.95, 0.98, 0.99]),
+        "clip-coef": trial.suggest_categorical("clip-coef", [0.1, 0.2, 0.3]),
+        "update-epochs": trial.suggest_int("update-epochs", 1, 10),
+        "vf-coef": trial.suggest_float("vf-coef", 0.1, 1.0),
+        "max-grad-norm": trial.suggest_categorical("max-grad-norm", [0.3, 0.5, 1.0, 5.0]),
+    }
+
+
+def discrete_space(trial):
+    return {
+        **common_space(trial),
+        "num-steps": trial.suggest_categorical("num-steps", [32, 64, 128, 256, 512]),
+        "num-minibatches": trial.suggest_categorical("num-minibatches", [1, 2, 4, 8]),
+        "ent-coef": trial.suggest_float("ent-coef", 1e-5, 0.1, log=True),
+    }
+
+
+def continuous_space(trial):
+    return {
+        **common_space(trial),
+        "num-steps": trial.suggest_categorical("num-steps", [256, 512, 1024, 2048, 4096]),
+        "num-minibatches": trial.suggest_categorical("num-minibatches", [4, 8, 16, 32, 64]),
+        "ent-coef": trial.suggest_categorical("ent-coef", [0.0, 1e-4, 1e-3, 1e-2]),
+    }
+
+
+SEARCH_SPACES = {"ppo_discrete.py": discrete_space, "ppo_continuous.py": continuous_space,
+                 "ppo_vector_sameStep.py": continuous_space}
+
+
+class TrialFailed(Exception):
+    pass
+
+
+def as_flags(params):
+    """["--learning-rate", "0.000123", ...]: the trial's runs and the printed command use the same strings."""
+    return [item for name, value in params.items() for item in (f"--{name}", f"{value:.6g}" if isinstance(value, float) else str(value))]
+
+
+def run_once(trial, params, env_id, seed, cli, script_flags):
+    """Run the script once; return the mean return of its last FINAL_EPISODES episodes."""
+    folder = os.path.join(cli.work_dir, cli.study_name, f"trial_{trial.number}", f"{env_id.replace('/', '-')}__{seed}")
+    shutil.rmtree(folder, ignore_errors=True)  # a trial queued again after Ctrl-C starts clean
+    os.makedirs(folder)
+    command = [sys.executable, os.path.join(ROOT, cli.script), "--env-id", env_id, "--seed", str(seed),
+               "--exp-name", f"trial_{trial.number}", "--checkpoint-interval", "0", *as_flags(params), *script_flags]
+    if cli.total_timesteps:
+        command += ["--total-timesteps", str(cli.total_timesteps)]
+    log_path = os.path.join(folder, "log.txt")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    with open(log_path, "w") as log:
+        returncode = subprocess.run(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    start_new_session=True, preexec_fn=stop_with_parent).returncode
+    if returncode != 0:
+        with open(log_path, errors="replace") as log:
+            last_line = ([line.strip() for line in log if line.strip()] or [""])[-1]
+        raise TrialFailed(f"{env_id} seed {seed}: exit code {returncode}: {last_line[:300]} (log: {log_path})")
+    try:
+        returns = read_run(folder)["returns"]
+    except RunNotReadable as reason:
+        raise TrialFailed(f"{env_id} seed {seed}: {reason}") from None
+    if not np.isfinite(returns).all():
+        raise TrialFailed(f"{env_id} seed {seed}: non-finite episodic return (log: {log_path})")
+    return returns[-FINAL_EPISODES:].mean()
+
+
+def used_trials(study, before):
+    """Trials numbered below `before` that count toward --num-trials: not surplus, not interrupted."""
+    return sum(1 for t in study.get_trials(deepcopy=False)
+               if t.number < before and not t.user_attrs.get("surplus") and not t.user_attrs.get("interrupted"))
+
+
+def open_study(cli):
+    storage = cli.storage or os.path.join(cli.work_dir, f"{cli.study_name}.journal")
+    if "://" not in storage:  # a file: Optuna's journal storage, safe for several processes of one machine
+        os.makedirs(os.path.dirname(os.path.abspath(storage)), exist_ok=True)
+        storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(storage))
+    for attempt in range(5):  # processes starting together may race to create the study or its tables
+        try:
+            return optuna.create_study(study_name=cli.study_name, storage=storage, direction="maximize", load_if_exists=True,
+                                       pruner=optuna.pruners.MedianPruner(n_startup_trials=5))
+        except Exception:
+            if attempt == 4:
+                raise
+            time.sleep(1 + attempt)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--script", default="ppo_discrete.py", choices=sorted(SEARCH_SPACES))
+    parser.add_argument("--env-ids", nargs="+", default=["CartPole-v1"])
+    parser.add_argument("--num-trials", type=int, default=50, help="trials in the whole study, over all processes")
+    parser.add_argument("--num-seeds", type=int, default=2, help="seeds 1..N per env in every trial")
+    parser.add_argument("--total-timesteps", type=int, default=None, help="per run (default: the script's own)")
+    parser.add_argument("--study-name", default=None, help="default: <script>__<env ids>")
+    parser.add_argument("--storage", default=None, help="a database URL, or a journal file (default: <work-dir>/<study-name>.journal)")
+    parser.add_argument("--work-dir", default="benchmark_runs/tune", help="the runs' folders and logs")
+    cli, script_flags = parser.parse_known_args()
+    for env_id in cli.env_ids:
+        if env_id not in SCORE_RANGES:
+            parser.error(f"no score range for {env_id}: add its random and reference returns to SCORE_RANGES in benchmarks/common.py")
+    if cli.num_trials < 1 or cli.num_seeds < 1:
+        parser.error("--num-trials and --num-seeds must be at least 1")
+    cli.study_name = cli.study_name or f"{os.path.splitext(cli.script)[0]}__{'_'.join(cli.env_ids)}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = open_study(cli)
+
+    while used_trials(study, before=len(study.get_trials(deepcopy=False)) + 1) < cli.num_trials:
+        trial = study.ask()
+        if used_trials(study, before=trial.number) >= cli.num_trials:  # another process took the last trial meanwhile
+            trial.set_user_attr("surplus", True)
+            study.tell(trial, state=TrialState.FAIL)
+            break
+        params = SEARCH_SPACES[cli.script](trial)
+        runs = [(env_id, seed) for seed in range(1, cli.num_seeds + 1) for env_id in cli.env_ids]
+        scores = []
+        try:
+            for step, (env_id, seed) in enumerate(runs):
+                scores.append(normalized_score(env_id, run_once(trial, params, env_id, seed, cli, script_flags)))
+                trial.report(float(np.mean(scores)), step)
+                if step + 1 < len(runs) and trial.should_prune():
+                    study.tell(trial, state=TrialState.PRUNED)
+                    print(f"trial {trial.number}: pruned after {step + 1} runs at {np.mean(scores):.3f}", flush=True)
+                    break
+            else:
+                study.tell(trial, float(np.mean(scores)))
+                print(f"trial {trial.number}: {np.mean(scores):.3f} {' '.join(as_flags(params))}", flush=True)
+        except TrialFailed as failure:
+            trial.set_user_attr("failure", str(failure))
+            study.tell(trial, state=TrialState.FAIL)
+            print(f"trial {trial.number}: failed: {failure}", flush=True)
+        except KeyboardInterrupt:
+            trial.set_user_attr("interrupted", True)
+            study.tell(trial, state=TrialState.FAIL)
+            study.enqueue_trial(params)
+            sys.exit(f"\ninterrupted: trial {trial.number} is queued again; run the same command to go on")
+
+    finished = study.get_trials(deepcopy=False, states=[TrialState.COMPLETE])
+    if not finished:
+        sys.exit("error: no trial finished; see the failures in the logs under " + os.path.join(cli.work_dir, cli.study_name))
+    best = study.best_trial
+    print(f"best: trial {best.number}, normalized score {best.value:.3f} ({len(finished)} trials finished)")
+    budget = f" --total-timesteps {cli.total_timesteps}" if cli.total_timesteps else ""
+    for env_id in cli.env_ids:
+        print(f"python {cli.script} --env-id {env_id}{budget} {' '.join(as_flags(best.params))} {' '.join(script_flags)}".rstrip())
+
+
+if __name__ == "__main__":
+    main()
