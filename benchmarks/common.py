@@ -65,6 +65,12 @@ def normalized_score(env_id, score):
     return (score - random_return) / (reference_return - random_return)
 
 
+def last_log_line(path):
+    """The last non-empty line of a run's log: where the scripts write their one-line error."""
+    with open(path, errors="replace") as f:
+        return ([line.strip() for line in f if line.strip()] or [""])[-1][:300]
+
+
 def stop_with_parent():
     """For subprocess.Popen(preexec_fn=...): Linux sends the child SIGTERM when its parent dies, even by SIGKILL."""
     if sys.platform.startswith("linux"):

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import RunNotReadable, read_run, stop_with_parent  # noqa: E402
+from common import RunNotReadable, last_log_line, read_run, stop_with_parent  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRESS_LINE = re.compile(r"([\d,]+)/([\d,]+) steps")
@@ -89,9 +89,7 @@ def finish(run):
     log_path = os.path.join(run["folder"], "log.txt")
     try:
         if returncode != 0:
-            with open(log_path, errors="replace") as f:
-                last_line = ([line.strip() for line in f if line.strip()] or [""])[-1]
-            raise RunNotReadable(f"exit code {returncode}: {last_line[:300]} (log: {log_path})")
+            raise RunNotReadable(f"exit code {returncode}: {last_log_line(log_path)} (log: {log_path})")
         logged = read_run(run["folder"])
         bad = np.flatnonzero(~np.isfinite(logged["returns"]))
         if bad.size:

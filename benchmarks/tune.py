@@ -27,7 +27,7 @@ import optuna
 from optuna.trial import TrialState
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import SCORE_RANGES, RunNotReadable, normalized_score, read_run, stop_with_parent  # noqa: E402
+from common import SCORE_RANGES, RunNotReadable, last_log_line, normalized_score, read_run, stop_with_parent  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FINAL_EPISODES = 100
@@ -91,9 +91,7 @@ def run_once(trial, params, env_id, seed, cli, script_flags):
         returncode = subprocess.run(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=env,
                                     start_new_session=True, preexec_fn=stop_with_parent).returncode
     if returncode != 0:
-        with open(log_path, errors="replace") as log:
-            last_line = ([line.strip() for line in log if line.strip()] or [""])[-1]
-        raise TrialFailed(f"{env_id} seed {seed}: exit code {returncode}: {last_line[:300]} (log: {log_path})")
+        raise TrialFailed(f"{env_id} seed {seed}: exit code {returncode}: {last_log_line(log_path)} (log: {log_path})")
     try:
         returns = read_run(folder)["returns"]
     except RunNotReadable as reason:

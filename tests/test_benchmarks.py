@@ -1,0 +1,177 @@
+"""The experiment tooling under benchmarks/: runner, plots and sweeps, on real (tiny) runs of the scripts."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import numpy as np
+import optuna
+import pytest
+from optuna.trial import TrialState
+from torch.utils.tensorboard import SummaryWriter
+
+from conftest import ROOT
+
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import plot  # noqa: E402
+import run as runner  # noqa: E402
+
+TINY = ["--total-timesteps", "2048", "--checkpoint-interval", "1"]
+
+
+def tool(name, *args, cwd, **kwargs):
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, "benchmarks", name), *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def wait_for(condition, timeout=120):
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+@pytest.fixture(scope="module")
+def bench_runs(tmp_path_factory):
+    """One runner call: 2 envs x 2 seeds that finish and one env id that does not exist, 2 at a time."""
+    out = tmp_path_factory.mktemp("bench") / "out"
+    process = tool("run.py", "--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "Acrobot-v1", "NoSuchEnv-v0",
+                   "--seeds", "1", "2", "--workers", "2", "--out", str(out), *TINY, cwd=out.parent)
+    output, _ = process.communicate(timeout=300)
+    return out, process.returncode, output
+
+
+def test_runner_runs_the_matrix_in_parallel_and_writes_the_table(bench_runs):
+    out, returncode, output = bench_runs
+    assert returncode == 0, output
+    with open(out / "results.csv") as f:
+        rows = {(row[0], row[1]): row for row in (line.strip().split(",") for line in f.readlines()[1:])}
+    assert set(rows) == {("ppo_discrete.py", env) for env in ("CartPole-v1", "Acrobot-v1", "NoSuchEnv-v0")}
+    for env in ("CartPole-v1", "Acrobot-v1"):
+        seeds, failed, mean = int(rows["ppo_discrete.py", env][2]), int(rows["ppo_discrete.py", env][3]), float(rows["ppo_discrete.py", env][4])
+        finals = [json.load(open(out / f"ppo_discrete__{env}__{seed}" / "result.json"))["final_return"] for seed in (1, 2)]
+        assert (seeds, failed) == (2, 0) and mean == pytest.approx(np.mean(finals), abs=1e-3)
+        assert f"| ppo_discrete.py | {env} | {np.mean(finals):.1f} ± {np.std(finals):.1f} | 2 |" in (out / "results.md").read_text()
+    # the two runs that went first overlapped in time
+    first, second = (runner.read_run(out / f"ppo_discrete__CartPole-v1__{seed}") for seed in (1, 2))
+    assert first["start_time"] < second["wall_times"][-1] and second["start_time"] < first["wall_times"][-1]
+
+
+def test_runner_records_a_crashed_run_as_failed_with_its_log(bench_runs):
+    out, _, output = bench_runs
+    result = json.load(open(out / "ppo_discrete__NoSuchEnv-v0__1" / "result.json"))
+    assert result["status"] == "failed" and "NoSuchEnv-v0" in result["reason"] and "log.txt" in result["reason"]
+    assert "NoSuchEnv" in (out / "ppo_discrete__NoSuchEnv-v0__1" / "log.txt").read_text()
+    assert "| ppo_discrete.py | NoSuchEnv-v0 | - | 0 (2 failed) |" in (out / "results.md").read_text()
+
+
+def test_runner_records_non_finite_returns_as_failed(tmp_path):
+    folder = tmp_path / "ppo_discrete__CartPole-v1__1"
+    writer = SummaryWriter(str(folder / "runs" / "r"))
+    for step, value in enumerate([10.0, float("nan"), 12.0]):
+        writer.add_scalar("charts/episodic_return", value, 100 * step)
+    writer.close()
+    runner.write_json(str(folder / "run.json"), {"command": [], "elapsed": 1.0})
+    finished = subprocess.run(["true"])
+    run = {"script": "ppo_discrete.py", "env_id": "CartPole-v1", "seed": 1, "folder": str(folder),
+           "process": finished, "started": time.time(), "elapsed_before": 1.0}
+    result = runner.finish(run)
+    assert result["status"] == "failed" and "non-finite" in result["reason"] and "step 100" in result["reason"]
+
+
+def test_runner_killed_and_restarted_skips_finished_runs_and_resumes_the_interrupted_one(tmp_path):
+    out = tmp_path / "out"
+    command = ["--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--seeds", "1", "2", "--workers", "1",
+               "--out", str(out), "--total-timesteps", "16384", "--checkpoint-interval", "1"]
+    first_result, second = out / "ppo_discrete__CartPole-v1__1" / "result.json", out / "ppo_discrete__CartPole-v1__2"
+    process = tool("run.py", *command, cwd=tmp_path)
+    wait_for(lambda: first_result.exists() and list(second.glob("runs/*/checkpoint.pt")))
+    process.send_signal(signal.SIGTERM)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 130 and "run the same command again" in output, output
+    assert not (second / "result.json").exists()
+    finished_before = first_result.read_text(), first_result.stat().st_mtime_ns
+
+    process = tool("run.py", *command, cwd=tmp_path)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    assert "2 runs, 1 already ended" in output
+    assert (first_result.read_text(), first_result.stat().st_mtime_ns) == finished_before
+    assert "--resume" in (second / "log.txt").read_text().split("===")[-1].splitlines()[0]
+    result = json.load(open(second / "result.json"))
+    assert result["status"] == "finished" and result["steps"] == 16384
+
+
+def test_runner_refuses_a_folder_holding_another_command(bench_runs):
+    out, _, _ = bench_runs
+    process = tool("run.py", "--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--seeds", "1", "--out", str(out),
+                   "--total-timesteps", "4096", cwd=out.parent)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 1 and output.startswith("error:") and "another command" in output and "Traceback" not in output
+
+
+def test_plots_have_one_panel_per_env_from_real_runs(bench_runs, tmp_path):
+    out, _, _ = bench_runs
+    process = tool("plot.py", str(out), "--out", str(tmp_path), cwd=tmp_path)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, output
+    for name in ("curves_steps.png", "curves_time.png", "aggregate.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    runs = plot.finished_runs([str(out)])
+    assert plot.plot_curves(runs, lambda run: run["steps"], "env steps", str(tmp_path / "check.png")) == ["Acrobot-v1", "CartPole-v1"]
+    iqms = plot.plot_aggregate(runs, str(tmp_path / "check_aggregate.png"))
+    assert list(iqms) == ["ppo_discrete.py\nAcrobot-v1, CartPole-v1"]
+
+
+def test_smoothed_curve_and_iqm_match_brute_force():
+    rng = np.random.default_rng(0)
+    steps, returns = np.sort(rng.choice(10_000, 50, replace=False)), rng.normal(size=50)
+    grid = np.linspace(0, 10_000, 37)
+    for point, value in zip(grid, plot.curve_on_grid(steps, returns, grid)):
+        ended = returns[steps <= point]
+        assert np.isnan(value) if ended.size == 0 else value == pytest.approx(ended[-plot.SMOOTHING_EPISODES:].mean())
+    per_env = (rng.normal(size=3), rng.normal(size=3), rng.normal(size=2))
+    pooled = np.sort(np.concatenate(per_env))  # 8 scores: the IQM is the mean of the middle 4
+    assert plot.interquartile_mean(*per_env) == pytest.approx(pooled[2:6].mean())
+
+
+def sweep_with_two_processes(tmp_path, storage):
+    study_name = f"test_{uuid.uuid4().hex[:8]}"
+    command = ["--script", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--num-trials", "4", "--num-seeds", "1",
+               "--total-timesteps", "512", "--num-envs", "1", "--study-name", study_name, "--storage", storage,
+               "--work-dir", str(tmp_path / "work")]
+    workers = [tool("tune.py", *command, cwd=tmp_path) for _ in range(2)]
+    outputs = [worker.communicate(timeout=300)[0] for worker in workers]
+    for worker, output in zip(workers, outputs):
+        assert worker.returncode == 0, output
+        assert "python ppo_discrete.py --env-id CartPole-v1 --total-timesteps 512 --learning-rate" in output
+    study = optuna.load_study(study_name=study_name, storage=storage if "://" in storage else
+                              optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(storage)))
+    counted = [t for t in study.trials if not t.user_attrs.get("surplus")]
+    assert len(counted) == 4 and all(t.state == TrialState.COMPLETE for t in counted)
+    assert sorted(t.number for t in study.trials) == list(range(len(study.trials)))  # no number twice
+    ran = {t.number for t in counted}
+    assert all(f"trial {number}:" in "".join(outputs) for number in ran)  # each trial ran in one of the workers
+    return study
+
+
+def test_sweep_two_processes_share_a_journal_file(tmp_path):
+    sweep_with_two_processes(tmp_path, str(tmp_path / "study.journal"))
+
+
+def test_sweep_two_processes_share_a_postgresql_study(tmp_path):
+    url = os.environ.get("PPO_TEST_POSTGRES_URL")
+    if not url:
+        pytest.skip("set PPO_TEST_POSTGRES_URL to a PostgreSQL database (.ci/run starts one)")
+    study = sweep_with_two_processes(tmp_path, url)
+    optuna.delete_study(study_name=study.study_name, storage=url)
+
+
+def test_tuner_refuses_an_env_without_a_score_range(tmp_path):
+    process = tool("tune.py", "--env-ids", "MountainCar-v0", "--work-dir", str(tmp_path), cwd=tmp_path)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 2 and "no score range for MountainCar-v0" in output and "Traceback" not in output
