@@ -12,12 +12,13 @@ Storage: by default a journal file (<work-dir>/<study-name>.journal), which the 
 can share: start the command several times to run trials side by side. With a database URL, e.g.
 `--storage postgresql://user:password@host/dbname`, every machine that runs the same command joins the
 same study. Ctrl-C stops a process; its unfinished trial is queued again, with the same parameters, for
-the next start. Flags the tuner does not know go to every run unchanged.
+the next start (SIGTERM does the same). Flags the tuner does not know go to every run unchanged.
 """
 
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -102,9 +103,10 @@ def run_once(trial, params, env_id, seed, cli, script_flags):
 
 
 def used_trials(study, before):
-    """Trials numbered below `before` that count toward --num-trials: not surplus, not interrupted."""
-    return sum(1 for t in study.get_trials(deepcopy=False)
-               if t.number < before and not t.user_attrs.get("surplus") and not t.user_attrs.get("interrupted"))
+    """Trials numbered below `before` that count toward --num-trials: not surplus, not interrupted, not
+    waiting (an interrupted trial queued again waits for the next ask)."""
+    return sum(1 for t in study.get_trials(deepcopy=False) if t.number < before and t.state != TrialState.WAITING
+               and not t.user_attrs.get("surplus") and not t.user_attrs.get("interrupted"))
 
 
 def open_study(cli):
@@ -120,6 +122,10 @@ def open_study(cli):
             if attempt == 4:
                 raise
             time.sleep(1 + attempt)
+
+
+def interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def main():
@@ -141,6 +147,7 @@ def main():
     cli.study_name = cli.study_name or f"{os.path.splitext(cli.script)[0]}__{'_'.join(cli.env_ids)}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(cli)
+    signal.signal(signal.SIGTERM, interrupt)  # stopped by SIGTERM as by Ctrl-C: the trial is queued again
 
     while used_trials(study, before=len(study.get_trials(deepcopy=False)) + 1) < cli.num_trials:
         trial = study.ask()

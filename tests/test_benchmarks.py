@@ -175,3 +175,22 @@ def test_tuner_refuses_an_env_without_a_score_range(tmp_path):
     process = tool("tune.py", "--env-ids", "MountainCar-v0", "--work-dir", str(tmp_path), cwd=tmp_path)
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 2 and "no score range for MountainCar-v0" in output and "Traceback" not in output
+
+
+def test_sweep_interrupted_queues_its_trial_again_and_the_next_start_runs_it(tmp_path):
+    storage = str(tmp_path / "study.journal")
+    command = ["--env-ids", "CartPole-v1", "--num-trials", "1", "--num-seeds", "1", "--total-timesteps", "8192",
+               "--study-name", "s", "--storage", storage, "--work-dir", str(tmp_path / "work")]
+    process = tool("tune.py", *command, cwd=tmp_path)
+    wait_for(lambda: (tmp_path / "work" / "s" / "trial_0" / "CartPole-v1__1" / "log.txt").exists())
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 1 and "trial 0 is queued again" in output and "Traceback" not in output, output
+
+    process = tool("tune.py", *command, cwd=tmp_path)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    interrupted, rerun = optuna.load_study(study_name="s", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(storage))).trials
+    assert interrupted.user_attrs["interrupted"] and interrupted.state == TrialState.FAIL
+    assert rerun.state == TrialState.COMPLETE and rerun.params == interrupted.params
