@@ -102,10 +102,32 @@ def run_once(trial, params, env_id, seed, cli, script_flags):
     return returns[-FINAL_EPISODES:].mean()
 
 
-def used_trials(study, before):
-    """Trials numbered below `before` that count toward --num-trials: not surplus, not interrupted, not
+def run_trial(study, trial, cli, script_flags):
+    """Score the trial's flags on every env and seed; tell the study the result, pruned or failed."""
+    params = SEARCH_SPACES[cli.script](trial)
+    runs = [(env_id, seed) for seed in range(1, cli.num_seeds + 1) for env_id in cli.env_ids]
+    scores = []
+    try:
+        for step, (env_id, seed) in enumerate(runs):
+            scores.append(normalized_score(env_id, run_once(trial, params, env_id, seed, cli, script_flags)))
+            trial.report(float(np.mean(scores)), step)
+            if step + 1 < len(runs) and trial.should_prune():
+                study.tell(trial, state=TrialState.PRUNED)
+                print(f"trial {trial.number}: pruned after {step + 1} runs at {np.mean(scores):.3f}", flush=True)
+                return
+    except TrialFailed as failure:
+        trial.set_user_attr("failure", str(failure))
+        study.tell(trial, state=TrialState.FAIL)
+        print(f"trial {trial.number}: failed: {failure}", flush=True)
+        return
+    study.tell(trial, float(np.mean(scores)))
+    print(f"trial {trial.number}: {np.mean(scores):.3f} {' '.join(as_flags(params))}", flush=True)
+
+
+def used_trials(study, before=None):
+    """Trials (numbered below `before`, if given) that count toward --num-trials: not surplus, not interrupted, not
     waiting (an interrupted trial queued again waits for the next ask)."""
-    return sum(1 for t in study.get_trials(deepcopy=False) if t.number < before and t.state != TrialState.WAITING
+    return sum(1 for t in study.get_trials(deepcopy=False) if (before is None or t.number < before) and t.state != TrialState.WAITING
                and not t.user_attrs.get("surplus") and not t.user_attrs.get("interrupted"))
 
 
@@ -149,35 +171,23 @@ def main():
     study = open_study(cli)
     signal.signal(signal.SIGTERM, interrupt)  # stopped by SIGTERM as by Ctrl-C: the trial is queued again
 
-    while used_trials(study, before=len(study.get_trials(deepcopy=False)) + 1) < cli.num_trials:
-        trial = study.ask()
-        if used_trials(study, before=trial.number) >= cli.num_trials:  # another process took the last trial meanwhile
-            trial.set_user_attr("surplus", True)
-            study.tell(trial, state=TrialState.FAIL)
-            break
-        params = SEARCH_SPACES[cli.script](trial)
-        runs = [(env_id, seed) for seed in range(1, cli.num_seeds + 1) for env_id in cli.env_ids]
-        scores = []
-        try:
-            for step, (env_id, seed) in enumerate(runs):
-                scores.append(normalized_score(env_id, run_once(trial, params, env_id, seed, cli, script_flags)))
-                trial.report(float(np.mean(scores)), step)
-                if step + 1 < len(runs) and trial.should_prune():
-                    study.tell(trial, state=TrialState.PRUNED)
-                    print(f"trial {trial.number}: pruned after {step + 1} runs at {np.mean(scores):.3f}", flush=True)
-                    break
-            else:
-                study.tell(trial, float(np.mean(scores)))
-                print(f"trial {trial.number}: {np.mean(scores):.3f} {' '.join(as_flags(params))}", flush=True)
-        except TrialFailed as failure:
-            trial.set_user_attr("failure", str(failure))
-            study.tell(trial, state=TrialState.FAIL)
-            print(f"trial {trial.number}: failed: {failure}", flush=True)
-        except KeyboardInterrupt:
-            trial.set_user_attr("interrupted", True)
-            study.tell(trial, state=TrialState.FAIL)
-            study.enqueue_trial(params)
-            sys.exit(f"\ninterrupted: trial {trial.number} is queued again; run the same command to go on")
+    trial = None
+    try:
+        while used_trials(study) < cli.num_trials:
+            trial = study.ask()
+            if used_trials(study, before=trial.number) >= cli.num_trials:  # another process took the last trial meanwhile
+                trial.set_user_attr("surplus", True)
+                study.tell(trial, state=TrialState.FAIL)
+                break
+            run_trial(study, trial, cli, script_flags)
+            trial = None
+    except KeyboardInterrupt:
+        if trial is None:
+            sys.exit("\ninterrupted between trials; run the same command to go on")
+        trial.set_user_attr("interrupted", True)
+        study.tell(trial, state=TrialState.FAIL)
+        study.enqueue_trial(trial.params)
+        sys.exit(f"\ninterrupted: trial {trial.number} is queued again; run the same command to go on")
 
     finished = study.get_trials(deepcopy=False, states=[TrialState.COMPLETE])
     if not finished:

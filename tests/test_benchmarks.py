@@ -194,3 +194,18 @@ def test_sweep_interrupted_queues_its_trial_again_and_the_next_start_runs_it(tmp
         optuna.storages.journal.JournalFileBackend(storage))).trials
     assert interrupted.user_attrs["interrupted"] and interrupted.state == TrialState.FAIL
     assert rerun.state == TrialState.COMPLETE and rerun.params == interrupted.params
+
+
+def test_sweep_prunes_a_trial_that_trails_the_earlier_ones(tmp_path):
+    storage = str(tmp_path / "study.journal")
+    study = optuna.create_study(study_name="s", direction="maximize", storage=optuna.storages.JournalStorage(
+        optuna.storages.journal.JournalFileBackend(storage)))
+    for _ in range(5):  # five earlier trials that scored as well as the reference after their first run
+        trial = study.ask()
+        trial.report(1.0, 0)
+        study.tell(trial, 1.0)
+    process = tool("tune.py", "--env-ids", "CartPole-v1", "--num-trials", "6", "--num-seeds", "2", "--total-timesteps", "512",
+                   "--num-envs", "1", "--study-name", "s", "--storage", storage, "--work-dir", str(tmp_path / "work"), cwd=tmp_path)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0 and "trial 5: pruned after 1 runs" in output, output
+    assert not (tmp_path / "work" / "s" / "trial_5" / "CartPole-v1__2").exists()  # its second seed never ran
