@@ -142,7 +142,7 @@ def main():
         sys.exit(f"error: no finished runs under {', '.join(cli.folders)}")
     out = cli.out or os.path.join(cli.folders[0], "plots")
     os.makedirs(out, exist_ok=True)
-    plot_curves(runs, lambda run: run["steps"], "env steps", os.path.join(out, "curves_steps.png"))
+    plot_curves(runs, lambda run: run["steps"] / 1000, "env steps (thousands)", os.path.join(out, "curves_steps.png"))
     plot_curves(runs, lambda run: (run["wall_times"] - run["start_time"]) / 60, "wall-clock time (min)", os.path.join(out, "curves_time.png"))
     for label, iqm in plot_aggregate(runs, os.path.join(out, "aggregate.png")).items():
         print(f"IQM {iqm:.2f}: {label.replace(chr(10), ' on ')}")
