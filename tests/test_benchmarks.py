@@ -52,7 +52,8 @@ def test_runner_runs_the_matrix_in_parallel_and_writes_the_table(bench_runs):
         rows = {(row[0], row[1]): row for row in (line.strip().split(",") for line in f.readlines()[1:])}
     assert set(rows) == {("ppo_discrete.py", env) for env in ("CartPole-v1", "Acrobot-v1", "NoSuchEnv-v0")}
     for env in ("CartPole-v1", "Acrobot-v1"):
-        seeds, failed, mean = int(rows["ppo_discrete.py", env][2]), int(rows["ppo_discrete.py", env][3]), float(rows["ppo_discrete.py", env][4])
+        row = rows["ppo_discrete.py", env]  # script, env_id, seeds, failed, final_return_mean, ...
+        seeds, failed, mean = int(row[2]), int(row[3]), float(row[4])
         finals = [json.load(open(out / f"ppo_discrete__{env}__{seed}" / "result.json"))["final_return"] for seed in (1, 2)]
         assert (seeds, failed) == (2, 0) and mean == pytest.approx(np.mean(finals), abs=1e-3)
         assert f"| ppo_discrete.py | {env} | {np.mean(finals):.1f} ± {np.std(finals):.1f} | 2 |" in (out / "results.md").read_text()
