@@ -16,6 +16,7 @@ import glob
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -60,6 +61,8 @@ def start(run):
     checkpoints = glob.glob(os.path.join(run["folder"], "runs", "*", "checkpoint.pt"))
     if checkpoints:  # an interrupted run continues from its last checkpoint
         command += ["--resume", checkpoints[0]]
+    else:  # one stopped before its first checkpoint starts over, without the logs of that attempt
+        shutil.rmtree(os.path.join(run["folder"], "runs"), ignore_errors=True)
     log = open(os.path.join(run["folder"], "log.txt"), "a")
     log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(command)}\n")
     log.flush()

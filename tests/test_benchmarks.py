@@ -107,6 +107,18 @@ def test_runner_killed_and_restarted_skips_finished_runs_and_resumes_the_interru
     assert result["status"] == "finished" and result["steps"] == 16384
 
 
+def test_runner_restarts_a_run_stopped_before_its_first_checkpoint_from_scratch(tmp_path):
+    out = tmp_path / "out"
+    command = ["--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--seeds", "1", "--out", str(out), "--total-timesteps", "1024"]
+    stale = out / "ppo_discrete__CartPole-v1__1" / "runs" / "CartPole-v1__benchmark__1__1"
+    stale.mkdir(parents=True)  # what a run killed before its first checkpoint leaves: a TensorBoard run, no checkpoint
+    SummaryWriter(str(stale)).close()
+    process = tool("run.py", *command, cwd=tmp_path)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 0, output
+    assert not stale.exists() and len(list((out / "ppo_discrete__CartPole-v1__1" / "runs").iterdir())) == 1
+
+
 def test_runner_refuses_a_folder_holding_another_command(bench_runs):
     out, _, _ = bench_runs
     process = tool("run.py", "--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--seeds", "1", "--out", str(out),
