@@ -122,6 +122,10 @@ def print_status(runs, running, interactive):
     print(f"\r{line[:200]:<200}" if interactive else line, end="" if interactive else "\n", flush=True)
 
 
+def over_seeds(statistic, results, key):
+    return float(statistic([r[key] for r in results])) if results else float("nan")
+
+
 def summarize(out):
     """results.md and results.csv: per script and env, the final return over seeds, steps, wall time, SPS."""
     groups = {}
@@ -132,10 +136,9 @@ def summarize(out):
     rows = []
     for (script, env_id), results in groups.items():
         ok = [r for r in results if r["status"] == "finished"]
-        finals = np.array([r["final_return"] for r in ok])
-        mean = lambda key: float(np.mean([r[key] for r in ok])) if ok else float("nan")  # noqa: E731
-        rows.append([script, env_id, len(ok), len(results) - len(ok), finals.mean() if ok else float("nan"),
-                     finals.std() if ok else float("nan"), mean("steps"), mean("wall_time"), mean("sps")])
+        rows.append([script, env_id, len(ok), len(results) - len(ok), over_seeds(np.mean, ok, "final_return"),
+                     over_seeds(np.std, ok, "final_return"), over_seeds(np.mean, ok, "steps"),
+                     over_seeds(np.mean, ok, "wall_time"), over_seeds(np.mean, ok, "sps")])
     with open(os.path.join(out, "results.csv"), "w", newline="") as f:
         csv.writer(f).writerows([header, *[[round(x, 3) if isinstance(x, float) else x for x in row] for row in rows]])
     lines = ["| script | env | final return (last 100 episodes, mean ± std over seeds) | seeds | steps | wall time | SPS |",
