@@ -88,7 +88,7 @@ def finish(run):
     wall_time = account_time(run)
     returncode = run["process"].returncode
     result = {"script": run["script"], "env_id": run["env_id"], "seed": run["seed"], "wall_time": wall_time,
-              "status": "failed", "reason": None}
+              "last_attempt": [run["started"], time.time()], "status": "failed", "reason": None}
     log_path = os.path.join(run["folder"], "log.txt")
     try:
         if returncode != 0:
