@@ -1,5 +1,5 @@
-"""Shared by the benchmark tools: read a run's episodic returns, normalize scores across envs, and tie a
-child process's life to its parent's.
+"""Shared by the benchmark tools: read a run's episodic returns, normalize scores across envs, and start
+the scripts as child processes.
 
 A normalized score is 0 for a uniformly random policy and 1 for the reference: CleanRL's published PPO
 (mean of the last 100 episodes over 3 seeds) where it has one, else rl-baselines3-zoo's tuned PPO.
@@ -16,7 +16,9 @@ import sys
 
 import numpy as np
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository, where the scripts are
 RETURN_TAG = "charts/episodic_return"
+FINAL_EPISODES = 100  # a run's final return is the mean return of its last 100 episodes
 
 # env id: (random policy's return, reference return)
 SCORE_RANGES = {
@@ -36,8 +38,8 @@ class RunNotReadable(Exception):
 
 
 def read_run(run_folder):
-    """The TensorBoard run under `run_folder`: every episode's step, wall time and return, the last step
-    logged, and when the run started."""
+    """The TensorBoard run under `run_folder`: every episode's step, wall time and return, the final return,
+    the last step logged, and when the run started. A non-finite return makes the run unreadable."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     event_files = glob.glob(os.path.join(run_folder, "**", "events.out.tfevents.*"), recursive=True)
@@ -49,10 +51,14 @@ def read_run(run_folder):
     if RETURN_TAG not in tags:
         raise RunNotReadable(f"no {RETURN_TAG} logged under {run_folder} (no episode finished?)")
     episodes = sorted(events.Scalars(RETURN_TAG), key=lambda e: e.step)
+    returns = np.array([e.value for e in episodes], dtype=np.float64)
+    if not np.isfinite(returns).all():
+        raise RunNotReadable(f"non-finite episodic return at step {episodes[np.flatnonzero(~np.isfinite(returns))[0]].step:,}")
     return {
         "steps": np.array([e.step for e in episodes]),
         "wall_times": np.array([e.wall_time for e in episodes]),
-        "returns": np.array([e.value for e in episodes], dtype=np.float64),
+        "returns": returns,
+        "final_return": float(returns[-FINAL_EPISODES:].mean()),
         "last_step": max(e.step for tag in tags for e in events.Scalars(tag)),
         "start_time": events.FirstEventTimestamp(),
     }
@@ -71,11 +77,22 @@ def last_log_line(path):
         return ([line.strip() for line in f if line.strip()] or [""])[-1][:300]
 
 
+def script_environment():
+    """The environment for a script's process: the repository on PYTHONPATH, so that gymnasium can import
+    env modules of the repository's (e.g. `--env-id benchmarks.waiting_env:WaitingPendulum-v0`)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+
+
 def stop_with_parent():
     """For subprocess.Popen(preexec_fn=...): Linux sends the child SIGTERM when its parent dies, even by SIGKILL."""
     if sys.platform.startswith("linux"):
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def raise_keyboard_interrupt(signum, frame):
+    """A SIGTERM handler: stop as on Ctrl-C."""
+    raise KeyboardInterrupt
 
 
 def random_policy_return(env_id, episodes=100, seed=0):

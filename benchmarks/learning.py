@@ -15,15 +15,9 @@ import sys
 import time
 
 import numpy as np
-from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def episodic_returns(run_dir):
-    events = EventAccumulator(run_dir, size_guidance={"scalars": 0})
-    events.Reload()
-    return events.Scalars("charts/episodic_return")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, read_run  # noqa: E402
 
 
 def main():
@@ -51,15 +45,15 @@ def main():
         if result.returncode != 0:
             sys.exit(f"seed {seed} failed:\n{result.stderr[-2000:]}")
         run_dir = glob.glob(os.path.join(cli.runs_dir, "runs", f"*__{exp_name}__{seed}__*"))[0]
-        events = episodic_returns(run_dir)
-        returns = np.array([e.value for e in events])
+        logged = read_run(run_dir)
+        returns = logged["returns"]
         reached_step, reached_time = None, None
         if cli.threshold is not None:
             for i in range(cli.window - 1, len(returns)):
                 if returns[i - cli.window + 1 : i + 1].mean() >= cli.threshold:
-                    reached_step, reached_time = events[i].step, events[i].wall_time - start
+                    reached_step, reached_time = logged["steps"][i], logged["wall_times"][i] - start
                     break
-        rows.append((seed, reached_step, reached_time, returns[-100:].mean(), events[-1].step, wall))
+        rows.append((seed, reached_step, reached_time, logged["final_return"], logged["steps"][-1], wall))
         reached = f"{reached_step:,} steps, {reached_time:.0f} s" if reached_step else "not reached"
         print(f"seed {seed}: threshold {reached if cli.threshold is not None else 'none'}; last-100 mean {rows[-1][3]:.1f} at {rows[-1][4]:,} steps; run {wall:.0f} s", flush=True)
 

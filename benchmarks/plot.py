@@ -30,7 +30,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import SCORE_RANGES, normalized_score, read_run  # noqa: E402
 
 SMOOTHING_EPISODES = 10
-FINAL_EPISODES = 100
 GRID_POINTS = 200
 BOOTSTRAP_RESAMPLES = 2000
 
@@ -102,7 +101,7 @@ def plot_aggregate(runs, path):
     scripts = sorted({script for script, _ in runs})
     labels, iqms, lows, highs = [], [], [], []
     for script in scripts:
-        per_env = {env_id: np.array([normalized_score(env_id, run["returns"][-FINAL_EPISODES:].mean()) for run in seeds])
+        per_env = {env_id: np.array([normalized_score(env_id, run["final_return"]) for run in seeds])
                    for (run_script, env_id), seeds in sorted(runs.items()) if run_script == script and env_id in SCORE_RANGES}
         if not per_env:
             continue

@@ -25,11 +25,10 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import RunNotReadable, last_log_line, read_run, stop_with_parent  # noqa: E402
+from common import (ROOT, RunNotReadable, last_log_line, raise_keyboard_interrupt, read_run,  # noqa: E402
+                    script_environment, stop_with_parent)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRESS_LINE = re.compile(r"([\d,]+)/([\d,]+) steps")
-FINAL_EPISODES = 100  # the final return of a run is the mean of its last 100 episodes
 
 
 def write_json(path, data):
@@ -66,8 +65,7 @@ def start(run):
     log = open(os.path.join(run["folder"], "log.txt"), "a")
     log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(command)}\n")
     log.flush()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
-    run["process"] = subprocess.Popen(command, cwd=run["folder"], stdout=log, stderr=subprocess.STDOUT, env=env,
+    run["process"] = subprocess.Popen(command, cwd=run["folder"], stdout=log, stderr=subprocess.STDOUT, env=script_environment(),
                                       start_new_session=True,  # the runner alone decides when its runs stop
                                       preexec_fn=stop_with_parent)
     log.close()
@@ -94,10 +92,7 @@ def finish(run):
         if returncode != 0:
             raise RunNotReadable(f"exit code {returncode}: {last_log_line(log_path)} (log: {log_path})")
         logged = read_run(run["folder"])
-        bad = np.flatnonzero(~np.isfinite(logged["returns"]))
-        if bad.size:
-            raise RunNotReadable(f"non-finite episodic return at step {logged['steps'][bad[0]]:,}")
-        result.update(status="finished", final_return=float(logged["returns"][-FINAL_EPISODES:].mean()),
+        result.update(status="finished", final_return=logged["final_return"],
                       episodes=int(logged["returns"].size), steps=int(logged["last_step"]),
                       sps=logged["last_step"] / wall_time)
     except RunNotReadable as reason:
@@ -155,10 +150,6 @@ def summarize(out):
     return table
 
 
-def interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scripts", nargs="+", default=["ppo_discrete.py"], help="scripts of this repository")
@@ -186,7 +177,7 @@ def main():
     pending = [run for run in runs if not os.path.exists(os.path.join(run["folder"], "result.json"))]
     print(f"{len(runs)} runs, {len(runs) - len(pending)} already ended, {cli.workers} at a time; logs in {cli.out}/*/log.txt", flush=True)
 
-    signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     interactive = sys.stdout.isatty()
     running, last_status = [], 0.0
     try:

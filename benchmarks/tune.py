@@ -28,10 +28,8 @@ import optuna
 from optuna.trial import TrialState
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import SCORE_RANGES, RunNotReadable, last_log_line, normalized_score, read_run, stop_with_parent  # noqa: E402
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FINAL_EPISODES = 100
+from common import (ROOT, SCORE_RANGES, RunNotReadable, last_log_line, normalized_score, raise_keyboard_interrupt,  # noqa: E402
+                    read_run, script_environment, stop_with_parent)
 
 
 def common_space(trial):
@@ -78,7 +76,7 @@ def as_flags(params):
 
 
 def run_once(trial, params, env_id, seed, cli, script_flags):
-    """Run the script once; return the mean return of its last FINAL_EPISODES episodes."""
+    """Run the script once; return its final return (mean of its last 100 episodes)."""
     folder = os.path.join(cli.work_dir, cli.study_name, f"trial_{trial.number}", f"{env_id.replace('/', '-')}__{seed}")
     shutil.rmtree(folder, ignore_errors=True)  # a trial queued again after Ctrl-C starts clean
     os.makedirs(folder)
@@ -87,19 +85,15 @@ def run_once(trial, params, env_id, seed, cli, script_flags):
     if cli.total_timesteps:
         command += ["--total-timesteps", str(cli.total_timesteps)]
     log_path = os.path.join(folder, "log.txt")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
     with open(log_path, "w") as log:
-        returncode = subprocess.run(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=env,
+        returncode = subprocess.run(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=script_environment(),
                                     start_new_session=True, preexec_fn=stop_with_parent).returncode
     if returncode != 0:
         raise TrialFailed(f"{env_id} seed {seed}: exit code {returncode}: {last_log_line(log_path)} (log: {log_path})")
     try:
-        returns = read_run(folder)["returns"]
+        return read_run(folder)["final_return"]
     except RunNotReadable as reason:
-        raise TrialFailed(f"{env_id} seed {seed}: {reason}") from None
-    if not np.isfinite(returns).all():
-        raise TrialFailed(f"{env_id} seed {seed}: non-finite episodic return (log: {log_path})")
-    return returns[-FINAL_EPISODES:].mean()
+        raise TrialFailed(f"{env_id} seed {seed}: {reason} (log: {log_path})") from None
 
 
 def run_trial(study, trial, cli, script_flags):
@@ -146,10 +140,6 @@ def open_study(cli):
             time.sleep(1 + attempt)
 
 
-def interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--script", default="ppo_discrete.py", choices=sorted(SEARCH_SPACES))
@@ -169,7 +159,7 @@ def main():
     cli.study_name = cli.study_name or f"{os.path.splitext(cli.script)[0]}__{'_'.join(cli.env_ids)}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(cli)
-    signal.signal(signal.SIGTERM, interrupt)  # stopped by SIGTERM as by Ctrl-C: the trial is queued again
+    signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # stopped by SIGTERM as by Ctrl-C: the trial is queued again
 
     trial = None
     try:
