@@ -97,6 +97,10 @@ class Args:
     """if toggled, normalize observations by running mean and std (shared by all sub-envs), clipped to [-10, 10]"""
     norm_reward: bool = True
     """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10]"""
+    hidden_size: int = 64
+    """the width of the two hidden layers of the actor and of the critic"""
+    init_log_std: float = 0.0
+    """Box actions: the log standard deviation the policy starts with (0: std 1; Humanoid's actions lie in [-0.4, 0.4])"""
 
     checkpoint_interval: int = 10
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -117,7 +121,7 @@ def fail(message):
 
 
 def check_args(args):
-    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"]
+    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes", "hidden_size"]
     for name in positive:
         if getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -231,29 +235,29 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class Agent(nn.Module):
-    def __init__(self, envs):
+    def __init__(self, envs, hidden_size=64, init_log_std=0.0):
         super().__init__()
         obs_dim = int(np.prod(envs.single_observation_space.shape))
         self.discrete = isinstance(envs.single_action_space, gym.spaces.Discrete)
         action_dim = envs.single_action_space.n if self.discrete else int(np.prod(envs.single_action_space.shape))
-        # detail 13: separate actor and critic networks, 64-64 tanh
+        # detail 13: separate actor and critic networks, two tanh layers (64-64 by default)
         self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
+            layer_init(nn.Linear(obs_dim, hidden_size)),
             nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
             nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
+            layer_init(nn.Linear(hidden_size, 1), std=1.0),
         )
         # the actor's output: logits of a categorical policy (Discrete) or the mean of a normal policy (Box)
         self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
+            layer_init(nn.Linear(obs_dim, hidden_size)),
             nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
             nn.Tanh(),
-            layer_init(nn.Linear(64, action_dim), std=0.01),
+            layer_init(nn.Linear(hidden_size, action_dim), std=0.01),
         )
-        if not self.discrete:  # continuous detail 2: state-independent log standard deviation, starting at 0
-            self.actor_logstd = nn.Parameter(torch.zeros(1, action_dim))
+        if not self.discrete:  # continuous detail 2: state-independent log standard deviation (starting at 0 by default)
+            self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
 
     def get_value(self, x):
         return self.critic(x)
@@ -437,7 +441,7 @@ def train(args, checkpoint=None):
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     envs = make_envs(args, args.num_envs, os.path.join("videos", run_name), args.vectorization_mode)
-    agent = Agent(envs).to(device)
+    agent = Agent(envs, args.hidden_size, args.init_log_std).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     if checkpoint:
         agent.load_state_dict(checkpoint["model"])
@@ -599,7 +603,7 @@ def evaluate(args, checkpoint):
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, "sync")
-    agent = Agent(envs)
+    agent = Agent(envs, args.hidden_size, args.init_log_std)
     agent.load_state_dict(checkpoint["model"])
     obs_rms = RunningMeanStd(envs.single_observation_space.shape)
     obs_rms.load_state_dict(checkpoint["obs_rms"])  # continuous detail 6: the training statistics, frozen

@@ -184,6 +184,22 @@ def test_resume_continues_the_same_run(ppo, in_tmp):
     assert learning_rates[1536] == pytest.approx(0.5 * checkpoint["args"]["learning_rate"])
 
 
+@pytest.mark.parametrize("box_ppo", [ppo_continuous, ppo_vector_sameStep], ids=lambda module: module.__name__)
+def test_network_width_and_initial_std_carry_into_resume_and_evaluation(box_ppo, in_tmp):
+    """--hidden-size and --init-log-std shape the agent; a resumed run and an evaluation rebuild it from the checkpoint."""
+    path = box_ppo.train(short_args(box_ppo, total_timesteps=512, hidden_size=16, init_log_std=-1.0))
+    model = torch.load(path, weights_only=True)["model"]
+    assert model["critic.0.weight"].shape == (16, 3)  # Pendulum-v1: 3 observations, 1 action
+    # one iteration of updates moves the log std only a little away from where it started
+    assert model["actor_logstd"].item() == pytest.approx(-1.0, abs=0.05)
+    checkpoint = box_ppo.load_checkpoint(path)
+    box_ppo.train(box_ppo.Args(**{**checkpoint["args"], "total_timesteps": 1024, "resume": path}), checkpoint)
+    checkpoint = box_ppo.load_checkpoint(path)
+    assert checkpoint["global_step"] == 1024
+    returns = box_ppo.evaluate(box_ppo.Args(**{**checkpoint["args"], "eval_checkpoint": path, "eval_episodes": 1}), checkpoint)
+    assert len(returns) == 1
+
+
 def test_command_line_flags_override_the_checkpoint_settings(ppo, in_tmp, monkeypatch):
     path = ppo.train(short_args(ppo, ent_coef=0.05))
     monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--resume", path, "--total-timesteps", "4096"])
