@@ -3,6 +3,7 @@
     pip install -r benchmarks/requirements.txt
     python benchmarks/sb3_ppo.py --env-id CartPole-v1 --total-timesteps 100000
     python benchmarks/sb3_ppo.py --env-id Hopper-v5 --continuous --total-timesteps 100000
+    python benchmarks/sb3_ppo.py --env-id Humanoid-v5 --humanoid --total-timesteps 1000000 --monitor-dir sb3_humanoid
 """
 
 import argparse
@@ -13,20 +14,27 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
 # The defaults of ppo_discrete.py (CleanRL's CartPole settings) and of ppo_continuous.py (CleanRL's MuJoCo settings).
-DISCRETE = dict(num_envs=4, n_steps=128, num_minibatches=4, n_epochs=4, learning_rate=2.5e-4, ent_coef=0.01)
-CONTINUOUS = dict(num_envs=1, n_steps=2048, num_minibatches=32, n_epochs=10, learning_rate=3e-4, ent_coef=0.0)
+DISCRETE = dict(num_envs=4, n_steps=128, num_minibatches=4, n_epochs=4, learning_rate=2.5e-4, ent_coef=0.01,
+                gae_lambda=0.95, clip_range_vf=0.2, log_std_init=0.0)
+CONTINUOUS = dict(num_envs=1, n_steps=2048, num_minibatches=32, n_epochs=10, learning_rate=3e-4, ent_coef=0.0,
+                  gae_lambda=0.95, clip_range_vf=0.2, log_std_init=0.0)
+# The README's HUMANOID settings of ppo_continuous.py: no value clipping, initial std exp(-1).
+HUMANOID = dict(num_envs=8, n_steps=256, num_minibatches=8, n_epochs=10, learning_rate=3e-4, ent_coef=0.0,
+                gae_lambda=0.8, clip_range_vf=None, log_std_init=-1.0)
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--env-id", default="CartPole-v1")
     parser.add_argument("--continuous", action="store_true", help="ppo_continuous.py's settings, with observation and reward normalization")
+    parser.add_argument("--humanoid", action="store_true", help="ppo_continuous.py's HUMANOID settings (README), with normalization")
     parser.add_argument("--total-timesteps", type=int, default=100000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--monitor-dir", default=None, help="write every episode's return, length and time to <dir>/<env>.monitor.csv")
     cli = parser.parse_args()
 
-    config = CONTINUOUS if cli.continuous else DISCRETE
-    envs = make_vec_env(cli.env_id, n_envs=config["num_envs"], seed=cli.seed)
-    if cli.continuous:  # running mean/std of observations and of the discounted return, both clipped to [-10, 10]
+    config = HUMANOID if cli.humanoid else CONTINUOUS if cli.continuous else DISCRETE
+    envs = make_vec_env(cli.env_id, n_envs=config["num_envs"], seed=cli.seed, monitor_dir=cli.monitor_dir)
+    if cli.continuous or cli.humanoid:  # running mean/std of observations and of the discounted return, both clipped to [-10, 10]
         envs = VecNormalize(envs, norm_obs=True, norm_reward=True, clip_obs=10.0, clip_reward=10.0, gamma=0.99)
     batch_size = config["num_envs"] * config["n_steps"]
     model = PPO(
@@ -37,13 +45,13 @@ if __name__ == "__main__":
         n_epochs=config["n_epochs"],
         learning_rate=lambda progress: progress * config["learning_rate"],  # linear annealing, as ours
         gamma=0.99,
-        gae_lambda=0.95,
+        gae_lambda=config["gae_lambda"],
         clip_range=0.2,
-        clip_range_vf=0.2,  # ours clips the value loss too
+        clip_range_vf=config["clip_range_vf"],  # ours clips the value loss unless --no-clip-vloss
         ent_coef=config["ent_coef"],
         vf_coef=0.5,
         max_grad_norm=0.5,
-        policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh),
+        policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh, log_std_init=config["log_std_init"]),
         device="cpu",
         seed=cli.seed,
     )

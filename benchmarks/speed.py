@@ -1,5 +1,5 @@
-"""Whole-process speed of two commands with identical settings, e.g. this project's script against
-Stable-Baselines3 PPO, or async against sync sub-environments.
+"""Whole-process speed of two commands, e.g. this project's script against Stable-Baselines3 PPO at
+identical settings, async against sync sub-environments, or two settings of one script.
 
 Each run is a separate process, timed from start to exit (imports, env creation and the whole
 training), and the two contenders alternate (A B A B ...) so that drift of a shared machine hits
@@ -9,6 +9,7 @@ times the case's vector env stepping random actions with no learner, as the ceil
     pip install -r requirements.txt -r benchmarks/requirements.txt
     python benchmarks/speed.py --case cartpole --total-timesteps 500000 --repeats 3
     python benchmarks/speed.py --case humanoid --total-timesteps 100000 --repeats 2 --env-alone
+    python benchmarks/speed.py --case humanoid-tuned --total-timesteps 100000 --repeats 2 --env-alone
 """
 
 import argparse
@@ -23,10 +24,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SB3 = "benchmarks/sb3_ppo.py"
 WAITING = "benchmarks.waiting_env:WaitingPendulum-v0"
 NO_CHECKPOINTS = ["--checkpoint-interval", "0"]
+# The README's Humanoid-v5 settings (8 sub-envs x 256 steps).
+HUMANOID = ["--num-envs", "8", "--num-steps", "256", "--num-minibatches", "8", "--update-epochs", "10",
+            "--init-log-std", "-1", "--no-clip-vloss", "--gae-lambda", "0.8", *NO_CHECKPOINTS]
 
 # case -> (env id, {name: [script, flags...]}) for contenders A and B; every command also gets
-# --env-id, --total-timesteps and --seed. Both sides run the same hyperparameters: our scripts'
-# defaults, which sb3_ppo.py copies.
+# --env-id, --total-timesteps and --seed. Both sides run the same hyperparameters (our scripts'
+# defaults or the HUMANOID settings, which sb3_ppo.py copies), except humanoid-tuned, which compares the two settings.
 CASES = {
     "cartpole": ("CartPole-v1", {"ppo_discrete.py": ["ppo_discrete.py", *NO_CHECKPOINTS], "SB3": [SB3]}),
     "hopper": ("Hopper-v5", {"ppo_continuous.py": ["ppo_continuous.py", *NO_CHECKPOINTS], "SB3": [SB3, "--continuous"]}),
@@ -41,6 +45,20 @@ CASES = {
         "ppo_vector_sameStep.py": ["ppo_vector_sameStep.py", "--num-envs", "1", "--num-steps", "2048", *NO_CHECKPOINTS],
         "ppo_continuous.py": ["ppo_continuous.py", *NO_CHECKPOINTS],
     }),
+    # the HUMANOID settings against CleanRL's (the defaults), both in ppo_continuous.py
+    "humanoid-tuned": ("Humanoid-v5", {
+        "HUMANOID": ["ppo_continuous.py", *HUMANOID],
+        "defaults": ["ppo_continuous.py", *NO_CHECKPOINTS],
+    }),
+    "humanoid-tuned-sb3": ("Humanoid-v5", {
+        "ppo_continuous.py": ["ppo_continuous.py", *HUMANOID],
+        "SB3": [SB3, "--humanoid"],
+    }),
+    # the HUMANOID settings with the 8 sub-envs in worker processes (async) against one process
+    "humanoid-tuned-vector": ("Humanoid-v5", {
+        "ppo_vector_sameStep.py (async)": ["ppo_vector_sameStep.py", *HUMANOID, "--vectorization-mode", "async"],
+        "ppo_continuous.py": ["ppo_continuous.py", *HUMANOID],
+    }),
 }
 
 
@@ -53,17 +71,17 @@ def timed_run(command, workdir):
     return time.perf_counter() - start
 
 
-def env_alone_sps(env_id, total_timesteps, seed):
-    """The vector env ppo_continuous.py builds (one sub-env, episode statistics), stepping random actions."""
+def env_alone_sps(env_id, num_envs, total_timesteps, seed):
+    """The vector env ppo_continuous.py builds (num_envs sub-envs in one process, episode statistics), stepping random actions."""
     import gymnasium as gym
 
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(gym.vector.SyncVectorEnv([lambda: gym.make(env_id)]))
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * num_envs))
     envs.reset(seed=seed)
     envs.action_space.seed(seed)
     start = time.perf_counter()
-    for _ in range(total_timesteps):
+    for _ in range(total_timesteps // num_envs):
         envs.step(envs.action_space.sample())
-    return total_timesteps / (time.perf_counter() - start)
+    return total_timesteps // num_envs * num_envs / (time.perf_counter() - start)
 
 
 def main():
@@ -88,8 +106,11 @@ def main():
     print(f"{env_id}: {name_a} {sps_a:,.0f} SPS, {name_b} {sps_b:,.0f} SPS (medians of {cli.repeats}), "
           f"ratio {sps_a / sps_b:.2f}x, {os.cpu_count()} cores")
     if cli.env_alone:
-        alone = env_alone_sps(env_id, min(cli.total_timesteps, 50000), cli.seed)
-        print(f"{env_id}: env alone with random actions {alone:,.0f} SPS; {name_a} runs at {sps_a / alone:.0%} of it")
+        script_a, *flags_a = contenders[name_a]
+        num_envs = int(flags_a[flags_a.index("--num-envs") + 1]) if "--num-envs" in flags_a else 1
+        alone = env_alone_sps(env_id, num_envs, min(cli.total_timesteps, 50000), cli.seed)
+        print(f"{env_id}: env alone ({num_envs} sub-envs, one process) with random actions {alone:,.0f} SPS; "
+              f"{name_a} runs at {sps_a / alone:.0%} of it")
 
 
 if __name__ == "__main__":

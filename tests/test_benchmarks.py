@@ -18,6 +18,7 @@ from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import plot  # noqa: E402
+import reach  # noqa: E402
 import run as runner  # noqa: E402
 
 TINY = ["--total-timesteps", "2048", "--checkpoint-interval", "1"]
@@ -171,6 +172,25 @@ def sweep_with_two_processes(tmp_path, storage):
     ran = {t.number for t in counted}
     assert all(f"trial {number}:" in "".join(outputs) for number in ran)  # each trial ran in one of the workers
     return study
+
+
+def test_reach_finds_the_first_episode_whose_window_mean_reaches_the_level(tmp_path):
+    """SB3 Monitor files of two envs, merged in time order, against a brute-force scan."""
+    rng = np.random.default_rng(0)
+    for env in range(2):
+        with open(tmp_path / f"{env}.monitor.csv", "w") as f:
+            f.write("#" + json.dumps({"t_start": 1000.0 + env, "env_id": "x"}) + "\nr,l,t\n")
+            for t in np.sort(rng.uniform(0, 600, 50)):
+                f.write(f"{rng.normal(t, 50):.3f},{rng.integers(10, 100)},{t:.3f}\n")
+    run = reach.read_monitor(str(tmp_path))
+    assert len(run["returns"]) == 100 and np.all(np.diff(run["wall_times"]) >= 0) and run["start_time"] == 1000.0
+    for level in (100.0, 300.0, 10_000.0):
+        expected = next((i for i in range(4, 100) if run["returns"][i - 4 : i + 1].mean() >= level), None)
+        found = reach.first_reached(run, level, window=5)
+        if expected is None:
+            assert found is None
+        else:
+            assert found == (run["steps"][expected], (run["wall_times"][expected] - 1000.0) / 60)
 
 
 def test_sweep_two_processes_share_a_journal_file(tmp_path):
