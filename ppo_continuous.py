@@ -11,6 +11,7 @@ Episodes run in gymnasium 1.x vector environments with the default NEXT_STEP aut
 transitions that autoreset creates are dropped from the update.
 """
 
+import fcntl
 import math
 import os
 import signal
@@ -109,6 +110,11 @@ def fail(message):
 
 
 def check_args(args):
+    for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+    if not 0 <= args.seed < 2**63:
+        fail(f"--seed must lie in [0, 2**63), got {args.seed}")
     positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes", "hidden_size"]
     for name in positive:
         if getattr(args, name) <= 0:
@@ -118,10 +124,16 @@ def check_args(args):
         fail(f"the batch (num_envs x num_steps = {batch_size}) must divide into --num-minibatches {args.num_minibatches}")
     if args.total_timesteps < batch_size:
         fail(f"--total-timesteps {args.total_timesteps} is smaller than one batch ({batch_size} steps)")
+    if batch_size // args.num_minibatches < 2:
+        fail(f"minibatches of {batch_size // args.num_minibatches} row cannot be trained on (advantages are normalized per minibatch): lower --num-minibatches")
     if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
         fail("--gamma and --gae-lambda must lie in [0, 1]")
     if args.learning_rate <= 0 or args.clip_coef <= 0 or args.checkpoint_interval < 0:
         fail("--learning-rate and --clip-coef must be positive, --checkpoint-interval not negative")
+    if args.max_grad_norm <= 0 or args.vf_coef < 0:
+        fail(f"--max-grad-norm must be positive and --vf-coef not negative, got {args.max_grad_norm} and {args.vf_coef}")
+    if args.target_kl is not None and args.target_kl <= 0:
+        fail(f"--target-kl must be positive (or left out), got {args.target_kl}")
 
 
 def load_checkpoint(path):
@@ -356,7 +368,7 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
         "obs_rms": obs_rms.state_dict(),
         "return_rms": reward_scaler.return_rms.state_dict(),
     }
-    tmp_path = path + ".tmp"
+    tmp_path = f"{path}.{os.getpid()}.tmp"  # one temporary file per process
     torch.save(checkpoint, tmp_path)
     os.replace(tmp_path, path)  # atomic: the previous checkpoint stays whole until the new one is complete
 
@@ -374,24 +386,64 @@ def print_progress(global_step, total, sps, recent_returns, last_print, final):
     return now
 
 
+def create_run_dir(base_name):
+    """runs/<base_name>, or runs/<base_name>-2, -3, ... if that exists: mkdir is atomic, so two runs
+    started in the same second never share a folder."""
+    os.makedirs("runs", exist_ok=True)
+    name, number = base_name, 1
+    while True:
+        try:
+            os.mkdir(os.path.join("runs", name))
+            return name
+        except FileExistsError:
+            number += 1
+            name = f"{base_name}-{number}"
+
+
+def lock_run(run_dir):
+    """An exclusive lock on the run folder while this process trains it: a second process gets one line instead of
+    writing the same checkpoint and TensorBoard run. The operating system releases it when the process ends."""
+    lock = open(os.path.join(run_dir, "train.lock"), "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        fail(f"another process is training {run_dir}; resume it once that process has stopped")
+    return lock
+
+
 def train(args, checkpoint=None):
     batch_size = args.num_envs * args.num_steps
     num_iterations = args.total_timesteps // batch_size
     env_name = args.env_id.replace("/", "-")  # namespaced ids (ALE/Pong-v5) would otherwise nest folders
-    run_name = checkpoint["run_name"] if checkpoint else f"{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    run_dir = os.path.join("runs", run_name)
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
     global_step = checkpoint["global_step"] if checkpoint else 0
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
+    if checkpoint and (args.num_envs, args.num_steps) != (checkpoint["args"]["num_envs"], checkpoint["args"]["num_steps"]):
+        fail(f"a resumed run keeps its batch: the checkpoint was trained with --num-envs {checkpoint['args']['num_envs']} "
+             f"--num-steps {checkpoint['args']['num_steps']}")
     if start_iteration > num_iterations:
         fail(f"the checkpoint is at step {global_step}: pass a --total-timesteps beyond it to extend the run")
+    if checkpoint:  # a resumed run continues in the folder of its checkpoint, wherever it is started from
+        run_name, run_dir = checkpoint["run_name"], os.path.dirname(args.resume) or "."
+    else:
+        run_name = create_run_dir(f"{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}")
+        run_dir = os.path.join("runs", run_name)
+    run_lock = lock_run(run_dir)
+    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
 
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.set_num_threads(1)  # a 64-64 MLP runs fastest on one thread; more threads only add overhead
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    envs = make_envs(args, args.num_envs, os.path.join("videos", run_name))
+    try:
+        envs = make_envs(args, args.num_envs, os.path.join("videos", run_name))
+    except SystemExit:
+        run_lock.close()
+        if not checkpoint:  # a new run whose env cannot be made leaves no empty folder behind
+            os.remove(os.path.join(run_dir, "train.lock"))
+            os.rmdir(run_dir)
+        raise
     agent = Agent(envs, args.hidden_size, args.init_log_std).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     if checkpoint:
@@ -516,7 +568,7 @@ def train(args, checkpoint=None):
             if iteration == num_iterations or stop_signal or (args.checkpoint_interval and iteration % args.checkpoint_interval == 0):
                 save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, global_step, iteration, obs_rms, reward_scaler)
                 last_checkpoint_step = global_step
-            if stop_signal:
+            if stop_signal and iteration < num_iterations:  # a signal during the last iteration: the run is finished
                 print(f"\nstopped at step {global_step:,}; checkpoint saved. Resume with: python {sys.argv[0]} --resume {checkpoint_path}")
                 raise SystemExit(128 + stop_signal[0])
     except FloatingPointError as e:
@@ -527,6 +579,7 @@ def train(args, checkpoint=None):
             signal.signal(sig, handler)
         envs.close()
         writer.close()
+        run_lock.close()
     print(f"done: {global_step:,} steps; checkpoint at {checkpoint_path}")
     return checkpoint_path
 

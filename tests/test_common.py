@@ -200,6 +200,70 @@ def test_network_width_and_initial_std_carry_into_resume_and_evaluation(box_ppo,
     assert len(returns) == 1
 
 
+class OneSecondClock:
+    """time.time() that moves on by 0.1 ms per call, so that everything a short test does happens in one second."""
+
+    def __init__(self):
+        self.now = 1_800_000_000.0
+
+    def time(self):
+        self.now += 1e-4
+        return self.now
+
+    def __getattr__(self, name):
+        return getattr(time, name)
+
+
+def test_runs_started_in_the_same_second_get_their_own_folders(ppo, in_tmp, monkeypatch):
+    monkeypatch.setattr(ppo, "time", OneSecondClock())
+    first, second = ppo.train(short_args(ppo, total_timesteps=512)), ppo.train(short_args(ppo, total_timesteps=512))
+    assert first != second
+    for path in (first, second):  # each checkpoint names its own folder, so resume and evaluation find the right run
+        assert torch.load(path, weights_only=True)["run_name"] == os.path.basename(os.path.dirname(path))
+
+
+def test_a_run_being_trained_cannot_be_resumed_by_a_second_process(ppo, in_tmp):
+    path = ppo.train(short_args(ppo))
+    checkpoint = ppo.load_checkpoint(path)
+    with ppo.lock_run(os.path.dirname(path)):  # as the process that trains it would hold it
+        with pytest.raises(SystemExit, match="another process is training"):
+            ppo.train(ppo.Args(**{**checkpoint["args"], "total_timesteps": 2048, "resume": path}), checkpoint)
+    assert torch.load(path, weights_only=True)["global_step"] == 1024
+
+
+def test_a_signal_during_the_last_iteration_finishes_the_run(ppo, in_tmp, monkeypatch):
+    compute_advantages, calls = ppo.compute_advantages, []
+
+    def interrupted_in_last_iteration(*args):
+        calls.append(1)
+        if len(calls) == 2:  # the second and last iteration of the short run
+            os.kill(os.getpid(), signal.SIGTERM)
+        return compute_advantages(*args)
+
+    monkeypatch.setattr(ppo, "compute_advantages", interrupted_in_last_iteration)
+    path = ppo.train(short_args(ppo))  # returns (exit 0 from the command line) instead of SystemExit(143)
+    assert torch.load(path, weights_only=True)["global_step"] == 1024
+
+
+def test_resume_refuses_another_batch_shape(ppo, in_tmp):
+    path = ppo.train(short_args(ppo))
+    checkpoint = ppo.load_checkpoint(path)
+    args = ppo.Args(**{**checkpoint["args"], "num_envs": 2 * checkpoint["args"]["num_envs"], "total_timesteps": 4096, "resume": path})
+    with pytest.raises(SystemExit, match="a resumed run keeps its batch"):
+        ppo.train(args, checkpoint)
+
+
+def test_resume_from_another_folder_continues_in_the_checkpoint_folder(ppo, in_tmp, monkeypatch):
+    path = os.path.abspath(ppo.train(short_args(ppo)))
+    os.mkdir("elsewhere")
+    monkeypatch.chdir("elsewhere")
+    checkpoint = ppo.load_checkpoint(path)
+    assert ppo.train(ppo.Args(**{**checkpoint["args"], "total_timesteps": 2048, "resume": path}), checkpoint) == path
+    assert torch.load(path, weights_only=True)["global_step"] == 2048
+    assert not os.path.exists("runs")
+    assert [step for step, _ in scalars(os.path.dirname(path))["charts/learning_rate"]] == [512, 1024, 1536, 2048]
+
+
 def test_command_line_flags_override_the_checkpoint_settings(ppo, in_tmp, monkeypatch):
     path = ppo.train(short_args(ppo, ent_coef=0.05))
     monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--resume", path, "--total-timesteps", "4096"])
@@ -235,6 +299,14 @@ def assert_clean_error(result, *phrases):
         (["--total-timesteps", "100"], "smaller than one batch"),
         (["--num-minibatches", "7"], "must divide"),
         (["--gamma", "1.5"], "--gamma"),
+        (["--learning-rate", "nan"], "--learning-rate must be a finite number"),
+        (["--gae-lambda", "inf"], "--gae-lambda must be a finite number"),
+        (["--seed", "-1"], "--seed must lie in"),
+        (["--total-timesteps", "1024", "--num-steps", "256", "--num-envs", "1", "--num-minibatches", "256"], "minibatches of 1 row"),
+        (["--max-grad-norm", "0"], "--max-grad-norm must be positive"),
+        (["--vf-coef", "-0.5"], "--vf-coef not negative"),
+        (["--target-kl", "-0.01"], "--target-kl must be positive"),
+        (["--target-kl", "nan"], "--target-kl must be a finite number"),
     ],
 )
 def test_bad_sizes_get_a_clear_message(ppo, flags, phrase, monkeypatch):

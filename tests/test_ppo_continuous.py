@@ -74,7 +74,7 @@ def test_observation_statistics_are_shared_saved_restored_and_frozen(in_tmp, mon
     assert saved["count"] == pytest.approx(2 + 1024, abs=1e-3)  # the 2 reset observations, then one per step per env
     assert saved["mean"].shape == (3,)
 
-    resumed = ppo.train(ppo.Args(**{**checkpoint["args"], "total_timesteps": 2048}), checkpoint)
+    resumed = ppo.train(ppo.Args(**{**checkpoint["args"], "total_timesteps": 2048, "resume": path}), checkpoint)
     assert torch.load(resumed, weights_only=True)["obs_rms"]["count"] == pytest.approx(saved["count"] + 2 + 1024, abs=1e-3)
 
     used = []
