@@ -99,6 +99,8 @@ class Args:
     """path of a checkpoint to evaluate with the policy mean for `eval_episodes` episodes, then exit"""
     eval_episodes: int = 10
     """the number of episodes of `--eval-checkpoint`"""
+    eval_max_steps: int = 100000
+    """an evaluation episode that has not ended after this many steps is cut there (for envs without a time limit)"""
 
 
 CHECKPOINT_KEYS = {"model", "optimizer", "global_step", "iteration", "args", "run_name", "rng_state", "obs_rms", "return_rms"}
@@ -115,7 +117,7 @@ def check_args(args):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     if not 0 <= args.seed < 2**63:
         fail(f"--seed must lie in [0, 2**63), got {args.seed}")
-    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes", "hidden_size"]
+    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes", "eval_max_steps", "hidden_size"]
     for name in positive:
         if getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -594,17 +596,24 @@ def evaluate(args, checkpoint):
     obs_rms = RunningMeanStd(envs.single_observation_space.shape)
     obs_rms.load_state_dict(checkpoint["obs_rms"])  # continuous detail 6: the training statistics, frozen
     action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
-    episodic_returns = []
+    episodic_returns, cut_episodes = [], 0
+    episode_return, episode_length = 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
     while len(episodic_returns) < args.eval_episodes:
         obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=False)
         with torch.no_grad():
             action = agent.actor_mean(torch.from_numpy(obs))
-        next_obs, _, _, _, infos = envs.step(np.clip(action.numpy(), action_low, action_high))
-        if "episode" in infos and infos["_episode"][0]:
-            episodic_returns.append(float(infos["episode"]["r"][0]))
+        next_obs, reward, terminated, truncated, _ = envs.step(np.clip(action.numpy(), action_low, action_high))
+        episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
+        if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
+            cut_episodes += not (terminated[0] or truncated[0])
+            episodic_returns.append(episode_return)
+            episode_return, episode_length = 0.0, 0
+            next_obs, _ = envs.reset()  # the next episode starts at once, whatever the autoreset mode
     envs.close()
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over {args.eval_episodes} episodes (step {checkpoint['global_step']:,})")
+    if cut_episodes:
+        print(f"{cut_episodes} of them cut at --eval-max-steps {args.eval_max_steps} (the env did not end them)")
     if args.capture_video:
         print(f"videos in {video_folder}")
     return episodic_returns

@@ -90,6 +90,8 @@ class Args:
     """path of a checkpoint to evaluate greedily for `eval_episodes` episodes, then exit"""
     eval_episodes: int = 10
     """the number of episodes of `--eval-checkpoint`"""
+    eval_max_steps: int = 100000
+    """an evaluation episode that has not ended after this many steps is cut there (for envs without a time limit)"""
 
 
 CHECKPOINT_KEYS = {"model", "optimizer", "global_step", "iteration", "args", "run_name", "rng_state"}
@@ -106,7 +108,7 @@ def check_args(args):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     if not 0 <= args.seed < 2**63:
         fail(f"--seed must lie in [0, 2**63), got {args.seed}")
-    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes"]
+    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes", "eval_max_steps"]
     for name in positive:
         if getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -506,16 +508,23 @@ def evaluate(args, checkpoint):
     envs = make_envs(args, 1, video_folder)
     agent = Agent(envs)
     agent.load_state_dict(checkpoint["model"])
-    episodic_returns = []
+    episodic_returns, cut_episodes = [], 0
+    episode_return, episode_length = 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
     while len(episodic_returns) < args.eval_episodes:
         with torch.no_grad():
             action = agent.actor(torch.as_tensor(next_obs, dtype=torch.float32)).argmax(dim=-1)
-        next_obs, _, _, _, infos = envs.step(action.numpy())
-        if "episode" in infos and infos["_episode"][0]:
-            episodic_returns.append(float(infos["episode"]["r"][0]))
+        next_obs, reward, terminated, truncated, _ = envs.step(action.numpy())
+        episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
+        if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
+            cut_episodes += not (terminated[0] or truncated[0])
+            episodic_returns.append(episode_return)
+            episode_return, episode_length = 0.0, 0
+            next_obs, _ = envs.reset()  # the next episode starts at once, whatever the autoreset mode
     envs.close()
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over {args.eval_episodes} episodes (step {checkpoint['global_step']:,})")
+    if cut_episodes:
+        print(f"{cut_episodes} of them cut at --eval-max-steps {args.eval_max_steps} (the env did not end them)")
     if args.capture_video:
         print(f"videos in {video_folder}")
     return episodic_returns

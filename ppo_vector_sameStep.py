@@ -111,6 +111,8 @@ class Args:
     """path of a checkpoint to evaluate deterministically for `eval_episodes` episodes, then exit"""
     eval_episodes: int = 10
     """the number of episodes of `--eval-checkpoint`"""
+    eval_max_steps: int = 100000
+    """an evaluation episode that has not ended after this many steps is cut there (for envs without a time limit)"""
 
 
 CHECKPOINT_KEYS = {"model", "optimizer", "global_step", "iteration", "args", "run_name", "rng_state", "obs_rms", "return_rms"}
@@ -127,7 +129,7 @@ def check_args(args):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     if not 0 <= args.seed < 2**63:
         fail(f"--seed must lie in [0, 2**63), got {args.seed}")
-    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes", "hidden_size"]
+    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes", "eval_max_steps", "hidden_size"]
     for name in positive:
         if getattr(args, name) <= 0:
             fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
@@ -660,7 +662,8 @@ def evaluate(args, checkpoint):
     agent.load_state_dict(checkpoint["model"])
     obs_rms = RunningMeanStd(envs.single_observation_space.shape)
     obs_rms.load_state_dict(checkpoint["obs_rms"])  # continuous detail 6: the training statistics, frozen
-    episodic_returns = []
+    episodic_returns, cut_episodes = [], 0
+    episode_return, episode_length = 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
     while len(episodic_returns) < args.eval_episodes:
         obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=False)
@@ -668,11 +671,17 @@ def evaluate(args, checkpoint):
             action = agent.act_deterministic(torch.from_numpy(obs)).numpy()
         if not agent.discrete:
             action = np.clip(action, envs.single_action_space.low, envs.single_action_space.high)
-        next_obs, _, terminated, truncated, infos = envs.step(action)
-        if terminated[0] or truncated[0]:
-            episodic_returns.append(float(infos["final_info"]["episode"]["r"][0]))
+        next_obs, reward, terminated, truncated, _ = envs.step(action)
+        episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
+        if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
+            cut_episodes += not (terminated[0] or truncated[0])
+            episodic_returns.append(episode_return)
+            episode_return, episode_length = 0.0, 0
+            next_obs, _ = envs.reset()  # the next episode starts at once, whatever the autoreset mode
     envs.close()
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over {args.eval_episodes} episodes (step {checkpoint['global_step']:,})")
+    if cut_episodes:
+        print(f"{cut_episodes} of them cut at --eval-max-steps {args.eval_max_steps} (the env did not end them)")
     if args.capture_video:
         print(f"videos in {video_folder}")
     return episodic_returns

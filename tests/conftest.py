@@ -60,6 +60,7 @@ BAD_REWARD_AT = 300  # the real step of each sub-env whose reward is NaN
 for suffix, box in (("", False), ("Box", True)):
     gym.register(f"test/ConstantTruncated{suffix}-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"box_actions": box})
     gym.register(f"test/ConstantTerminated{suffix}-v0", entry_point=ConstantRewardEnv, kwargs={"terminate_after": 20, "box_actions": box})
+    gym.register(f"test/Endless{suffix}-v0", entry_point=ConstantRewardEnv, kwargs={"box_actions": box})  # no time limit
     gym.register(f"test/NanReward{suffix}-v0", entry_point=ConstantRewardEnv, max_episode_steps=20,
                  kwargs={"bad_reward_at": BAD_REWARD_AT, "box_actions": box})
     gym.register(f"test/HugeReward{suffix}-v0", entry_point=ConstantRewardEnv, max_episode_steps=20,

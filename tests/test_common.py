@@ -264,6 +264,15 @@ def test_resume_from_another_folder_continues_in_the_checkpoint_folder(ppo, in_t
     assert [step for step, _ in scalars(os.path.dirname(path))["charts/learning_rate"]] == [512, 1024, 1536, 2048]
 
 
+def test_evaluation_cuts_episodes_that_never_end(ppo, in_tmp, capsys):
+    path = ppo.train(short_args(ppo, env_id=constructed_env_id(ppo, "ConstantTruncated"), total_timesteps=512))
+    checkpoint = ppo.load_checkpoint(path)
+    args = ppo.Args(**{**checkpoint["args"], "env_id": constructed_env_id(ppo, "Endless"), "eval_checkpoint": path,
+                       "eval_episodes": 2, "eval_max_steps": 50})
+    assert ppo.evaluate(args, checkpoint) == [50.0, 50.0]  # reward 1 a step, cut after 50 steps
+    assert "2 of them cut at --eval-max-steps 50" in capsys.readouterr().out
+
+
 def test_command_line_flags_override_the_checkpoint_settings(ppo, in_tmp, monkeypatch):
     path = ppo.train(short_args(ppo, ent_coef=0.05))
     monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--resume", path, "--total-timesteps", "4096"])
