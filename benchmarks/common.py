@@ -72,9 +72,15 @@ def normalized_score(env_id, score):
 
 
 def last_log_line(path):
-    """The last non-empty line of a run's log: where the scripts write their one-line error."""
+    """The message that ended a run's log: its last non-empty line, where the scripts write their one-line error,
+    or the text inside the box that tyro draws around a command-line error."""
     with open(path, errors="replace") as f:
-        return ([line.strip() for line in f if line.strip()] or [""])[-1][:300]
+        lines = [line.strip() for line in f if line.strip()]
+    if lines and lines[-1].startswith("╰"):  # tyro's box: its text lines, without borders, rules and the help hint
+        top = max((i for i, line in enumerate(lines) if line.startswith("╭")), default=len(lines) - 1)
+        text = [line.strip("│ ") for line in lines[top + 1 : -1]]
+        lines = [" ".join(t for t in text if t.strip("─") and not t.startswith("For full helptext"))]
+    return (lines or [""])[-1][:300]
 
 
 def script_environment():

@@ -151,18 +151,24 @@ def summarize(out):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scripts", nargs="+", default=["ppo_discrete.py"], help="scripts of this repository")
-    parser.add_argument("--env-ids", nargs="+", default=["CartPole-v1"])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    parser.add_argument("--workers", type=int, default=os.cpu_count(), help="runs at a time (default: the machine's cores)")
-    parser.add_argument("--out", default="benchmark_runs/bench", help="folder for the runs and the results table")
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                     epilog="Flags the runner does not know go to every run unchanged, e.g. --total-timesteps 100000.")
+    parser.add_argument("--scripts", nargs="+", required=True, help="scripts of this repository, e.g. ppo_discrete.py (required)")
+    parser.add_argument("--env-ids", nargs="+", required=True, help="gymnasium env ids, e.g. CartPole-v1 (required)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="the seeds of every script and env (default: 1 2 3)")
+    parser.add_argument("--workers", type=int, default=os.cpu_count(), help=f"runs at a time (default: the machine's cores, {os.cpu_count()} here)")
+    parser.add_argument("--out", default="benchmark_runs/bench", help="folder for the runs and the results table (default: benchmark_runs/bench)")
     cli, script_flags = parser.parse_known_args()
     for script in cli.scripts:
         if not os.path.isfile(os.path.join(ROOT, script)):
             parser.error(f"no script {script} in {ROOT}")
     if cli.workers < 1:
         parser.error("--workers must be at least 1")
+    for flag, values in (("--scripts", cli.scripts), ("--env-ids", cli.env_ids), ("--seeds", cli.seeds)):
+        if len(set(values)) < len(values):
+            parser.error(f"{flag} names {', '.join(sorted({str(v) for v in values if values.count(v) > 1}))} more than once")
+    if os.path.exists(cli.out) and not os.path.isdir(cli.out):
+        parser.error(f"--out {cli.out} is a file, not a folder")
 
     runs = planned_runs(cli, script_flags)
     for run in runs:
@@ -211,6 +217,9 @@ def main():
         sys.exit(130)
     print(("\n" if interactive else "") + summarize(cli.out), end="")
     print(f"written: {os.path.join(cli.out, 'results.md')} and results.csv", flush=True)
+    failed = [run for run in runs if read_json(os.path.join(run["folder"], "result.json"))["status"] == "failed"]
+    if failed:  # a matrix with failed runs is not a success, for scripts and CI that check the exit code
+        sys.exit(f"error: {len(failed)} of {len(runs)} runs failed; see their reasons above and in <run>/result.json")
 
 
 if __name__ == "__main__":

@@ -134,9 +134,9 @@ def open_study(cli):
         try:
             return optuna.create_study(study_name=cli.study_name, storage=storage, direction="maximize", load_if_exists=True,
                                        pruner=optuna.pruners.MedianPruner(n_startup_trials=5))
-        except Exception:
-            if attempt == 4:
-                raise
+        except Exception as e:
+            if attempt == 4:  # an unreachable server, a wrong password, a path that cannot be written
+                sys.exit(f"error: cannot open the study in {cli.storage or storage}: {str(e).strip().splitlines()[0][:300]}")
             time.sleep(1 + attempt)
 
 
@@ -156,6 +156,8 @@ def main():
             parser.error(f"no score range for {env_id}: add its random and reference returns to SCORE_RANGES in benchmarks/common.py")
     if cli.num_trials < 1 or cli.num_seeds < 1:
         parser.error("--num-trials and --num-seeds must be at least 1")
+    if cli.total_timesteps is not None and cli.total_timesteps < 1:
+        parser.error(f"--total-timesteps must be positive, got {cli.total_timesteps}")
     cli.study_name = cli.study_name or f"{os.path.splitext(cli.script)[0]}__{'_'.join(cli.env_ids)}"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(cli)

@@ -17,6 +17,7 @@ from torch.utils.tensorboard import SummaryWriter
 from conftest import ROOT
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import common  # noqa: E402
 import plot  # noqa: E402
 import reach  # noqa: E402
 import run as runner  # noqa: E402
@@ -48,7 +49,7 @@ def bench_runs(tmp_path_factory):
 
 def test_runner_runs_the_matrix_in_parallel_and_writes_the_table(bench_runs):
     out, returncode, output = bench_runs
-    assert returncode == 0, output
+    assert returncode == 1 and output.rstrip().endswith("error: 2 of 6 runs failed; see their reasons above and in <run>/result.json"), output
     with open(out / "results.csv") as f:
         rows = {(row[0], row[1]): row for row in (line.strip().split(",") for line in f.readlines()[1:])}
     assert set(rows) == {("ppo_discrete.py", env) for env in ("CartPole-v1", "Acrobot-v1", "NoSuchEnv-v0")}
@@ -70,6 +71,30 @@ def test_runner_records_a_crashed_run_as_failed_with_its_log(bench_runs):
     assert result["status"] == "failed" and "NoSuchEnv-v0" in result["reason"] and "log.txt" in result["reason"]
     assert "NoSuchEnv" in (out / "ppo_discrete__NoSuchEnv-v0__1" / "log.txt").read_text()
     assert "| ppo_discrete.py | NoSuchEnv-v0 | - | 0 (2 failed) |" in (out / "results.md").read_text()
+
+
+def test_runner_gives_the_message_inside_tyros_error_box_as_the_reason(tmp_path):
+    log = tmp_path / "log.txt"
+    result = subprocess.run([sys.executable, os.path.join(ROOT, "ppo_discrete.py"), "--no-such-flag"], capture_output=True, text=True)
+    log.write_text(result.stdout + result.stderr)
+    assert "╰" in log.read_text()  # tyro drew its box
+    assert common.last_log_line(str(log)) == "Unrecognized options: --no-such-flag"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", "1"], "the following arguments are required: --scripts, --env-ids"),
+    (["--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--seeds", "1", "1"], "--seeds names 1 more than once"),
+    (["--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--out", "a_file"], "--out a_file is a file, not a folder"),
+])
+def test_runner_refuses_bad_input_in_one_line(tmp_path, args, message):
+    (tmp_path / "a_file").write_text("")
+    output, _ = tool("run.py", *args, cwd=tmp_path).communicate(timeout=60)
+    assert output.strip().splitlines()[-1].endswith(message) and "Traceback" not in output, output
+
+
+def test_runner_help_shows_defaults_and_where_unknown_flags_go(tmp_path):
+    output, _ = tool("run.py", "--help", cwd=tmp_path).communicate(timeout=60)
+    assert "(default: 1 2 3)" in " ".join(output.split()) and "Flags the runner does not know go to every run" in output, output
 
 
 def test_runner_records_non_finite_returns_as_failed(tmp_path):
@@ -209,6 +234,16 @@ def test_tuner_refuses_an_env_without_a_score_range(tmp_path):
     process = tool("tune.py", "--env-ids", "MountainCar-v0", "--work-dir", str(tmp_path), cwd=tmp_path)
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 2 and "no score range for MountainCar-v0" in output and "Traceback" not in output
+
+
+@pytest.mark.parametrize("args, message, code", [
+    (["--total-timesteps", "0"], "--total-timesteps must be positive, got 0", 2),
+    (["--storage", "postgresql://nobody:none@127.0.0.1:9/none"], "error: cannot open the study in postgresql://nobody:none@127.0.0.1:9/none", 1),
+])
+def test_tuner_refuses_bad_input_in_one_line(tmp_path, args, message, code):
+    process = tool("tune.py", "--num-trials", "1", *args, cwd=tmp_path)
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == code and message in output.strip().splitlines()[-1] and "Traceback" not in output, output
 
 
 def test_sweep_interrupted_queues_its_trial_again_and_the_next_start_runs_it(tmp_path):
