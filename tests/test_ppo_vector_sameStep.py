@@ -140,3 +140,10 @@ def test_discrete_and_box_action_spaces_get_their_own_policy_head(in_tmp, capsys
         args = ppo.Args(**{**checkpoint["args"], "eval_checkpoint": path, "eval_episodes": 2})
         assert len(ppo.evaluate(args, checkpoint)) == 2
     assert "mean return" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "0"])
+def test_env_timeout_must_be_a_positive_finite_number(value, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["ppo_vector_sameStep.py", "--env-timeout", value])
+    with pytest.raises(SystemExit, match="--env-timeout must be"):
+        ppo.parse_args()
