@@ -17,7 +17,7 @@ import signal
 import sys
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
 import gymnasium as gym
@@ -96,6 +96,8 @@ class Args:
 
 CHECKPOINT_KEYS = {"model", "optimizer", "global_step", "iteration", "args", "run_name", "rng_state"}
 
+SCRIPT = "ppo_discrete.py"  # recorded in every checkpoint, so that another script's checkpoint is recognized
+
 
 def fail(message):
     """Bad input or a run that cannot go on: one clear line, no traceback, non-zero exit."""
@@ -129,15 +131,32 @@ def check_args(args):
         fail(f"--target-kl must be positive (or left out), got {args.target_kl}")
 
 
+def load_model(agent, checkpoint, env_id):
+    """The checkpoint's weights into the agent; a network of another shape (another env) gets one line."""
+    try:
+        agent.load_state_dict(checkpoint["model"])
+    except RuntimeError as e:
+        detail = [line.strip() for line in str(e).splitlines()[1:]] or [str(e)]
+        fail(f"the checkpoint's network does not fit {env_id}: {detail[0]}")
+
+
 def load_checkpoint(path):
     if not os.path.isfile(path):
         fail(f"checkpoint not found: {path}")
     try:
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # a truncated or foreign file: report it, never a traceback
-        fail(f"cannot read checkpoint {path}: {str(e).splitlines()[0]}")
-    if not isinstance(checkpoint, dict) or not CHECKPOINT_KEYS <= checkpoint.keys():
-        fail(f"{path} is not a checkpoint of this script (expected keys: {', '.join(sorted(CHECKPOINT_KEYS))})")
+        fail(f"cannot read checkpoint {path}: {(str(e).splitlines() or [type(e).__name__])[0]}")
+    if not isinstance(checkpoint, dict):
+        fail(f"{path} is not a checkpoint of {SCRIPT}")
+    owner = checkpoint.get("script", SCRIPT)  # checkpoints written before scripts were recorded pass on to the checks below
+    if owner != SCRIPT:
+        fail(f"{path} is a checkpoint of {owner}, not of {SCRIPT}: use {owner}")
+    if not CHECKPOINT_KEYS <= checkpoint.keys():
+        fail(f"{path} is not a checkpoint of {SCRIPT} (expected keys: {', '.join(sorted(CHECKPOINT_KEYS))})")
+    unknown = set(checkpoint["args"]) - {field.name for field in fields(Args)} if isinstance(checkpoint["args"], dict) else {"?"}
+    if unknown:
+        fail(f"{path} is not a checkpoint of {SCRIPT} (unknown settings: {', '.join(sorted(map(str, unknown)))})")
     return checkpoint
 
 
@@ -294,6 +313,7 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
         "iteration": iteration,
         "args": asdict(args),
         "run_name": run_name,
+        "script": SCRIPT,
         "rng_state": torch.get_rng_state(),
     }
     tmp_path = f"{path}.{os.getpid()}.tmp"  # one temporary file per process
@@ -375,7 +395,7 @@ def train(args, checkpoint=None):
     agent = Agent(envs).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     if checkpoint:
-        agent.load_state_dict(checkpoint["model"])
+        load_model(agent, checkpoint, args.env_id)
         optimizer.load_state_dict(checkpoint["optimizer"])
         torch.set_rng_state(checkpoint["rng_state"])
 
@@ -507,7 +527,7 @@ def evaluate(args, checkpoint):
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder)
     agent = Agent(envs)
-    agent.load_state_dict(checkpoint["model"])
+    load_model(agent, checkpoint, args.env_id)
     episodic_returns, cut_episodes = [], 0
     episode_return, episode_length = 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)

@@ -152,7 +152,7 @@ def test_truncation_is_bootstrapped_and_termination_is_not(ppo, in_tmp):
 def test_short_run_writes_every_tag_and_a_complete_checkpoint(ppo, in_tmp):
     path = ppo.train(short_args(ppo))
     checkpoint = torch.load(path, weights_only=True)
-    assert set(checkpoint) == ppo.CHECKPOINT_KEYS
+    assert set(checkpoint) == ppo.CHECKPOINT_KEYS | {"script"} and checkpoint["script"] == f"{ppo.__name__}.py"
     assert checkpoint["global_step"] == 1024 and checkpoint["iteration"] == 2
     tags = scalars(os.path.dirname(path))
     expected = {"charts/episodic_return", "charts/episodic_length", "charts/learning_rate", "charts/SPS",
@@ -342,8 +342,56 @@ def test_missing_and_corrupt_checkpoints_are_reported(ppo, tmp_path):
     with pytest.raises(SystemExit, match="cannot read checkpoint .*corrupt.pt"):
         ppo.load_checkpoint(str(tmp_path / "corrupt.pt"))
     torch.save({"model": {}}, tmp_path / "foreign.pt")
-    with pytest.raises(SystemExit, match="not a checkpoint of this script"):
+    with pytest.raises(SystemExit, match=f"is not a checkpoint of {ppo.__name__}.py"):
         ppo.load_checkpoint(str(tmp_path / "foreign.pt"))
+
+
+@pytest.fixture(scope="module")
+def checkpoints_of_each_script(tmp_path_factory):
+    """{script module name: path of a short run's checkpoint}."""
+    folder = tmp_path_factory.mktemp("checkpoints")
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        return {ppo.__name__: os.path.abspath(ppo.train(short_args(ppo, total_timesteps=512)))
+                for ppo in (ppo_discrete, ppo_continuous, ppo_vector_sameStep)}
+    finally:
+        os.chdir(cwd)
+
+
+@pytest.mark.parametrize("flag", ["--resume", "--eval-checkpoint"])
+def test_a_checkpoint_of_another_script_is_named_in_one_line(ppo, flag, checkpoints_of_each_script, monkeypatch):
+    for writer, path in checkpoints_of_each_script.items():
+        if writer != ppo.__name__:
+            monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", flag, path])
+            with pytest.raises(SystemExit, match=f"is a checkpoint of {writer}.py, not of {ppo.__name__}.py: use {writer}.py"):
+                ppo.parse_args()
+
+
+def test_a_checkpoint_written_before_scripts_were_recorded_is_still_told_apart(checkpoints_of_each_script, tmp_path):
+    """ppo_continuous.py and ppo_vector_sameStep.py save the same keys; without the script's name, the network tells."""
+    checkpoint = torch.load(checkpoints_of_each_script["ppo_continuous"], weights_only=True)
+    del checkpoint["script"]
+    torch.save(checkpoint, tmp_path / "old.pt")
+    checkpoint = ppo_vector_sameStep.load_checkpoint(str(tmp_path / "old.pt"))
+    args = ppo_vector_sameStep.Args(**{**checkpoint["args"], "eval_checkpoint": str(tmp_path / "old.pt")})
+    with pytest.raises(SystemExit, match="the checkpoint's network does not fit Pendulum-v1: Missing key"):
+        ppo_vector_sameStep.evaluate(args, checkpoint)
+
+
+def test_a_checkpoint_of_another_env_is_refused_in_one_line(ppo, checkpoints_of_each_script, in_tmp):
+    path = checkpoints_of_each_script[ppo.__name__]
+    checkpoint = ppo.load_checkpoint(path)
+    other_env = "Acrobot-v1" if ppo is ppo_discrete else "MountainCarContinuous-v0"  # other observation sizes
+    args = ppo.Args(**{**checkpoint["args"], "env_id": other_env, "eval_checkpoint": path})
+    with pytest.raises(SystemExit, match=f"the checkpoint's network does not fit {other_env}: size mismatch"):
+        ppo.evaluate(args, checkpoint)
+
+
+def test_an_empty_checkpoint_file_is_reported(ppo, tmp_path):
+    (tmp_path / "empty.pt").write_bytes(b"")
+    with pytest.raises(SystemExit, match="cannot read checkpoint .*empty.pt: ."):
+        ppo.load_checkpoint(str(tmp_path / "empty.pt"))
 
 
 def test_non_finite_reward_stops_and_keeps_the_last_good_checkpoint(ppo, in_tmp):
