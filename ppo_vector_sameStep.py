@@ -554,7 +554,6 @@ def train(args, checkpoint=None):
     if args.vectorization_mode == "async":
         gym.logger.min_level = gym.logger.ERROR + 1  # silences a crashing worker's traceback: we report its error in one line
     recent_returns = deque(maxlen=20)
-    last_checkpoint_step = global_step if checkpoint else None
     start_time, start_step, last_print = time.time(), global_step, 0.0
     # A resumed run starts fresh episodes, seeded apart from the original run's first ones.
     next_obs, _ = envs.reset(seed=args.seed + start_iteration - 1)
@@ -650,7 +649,6 @@ def train(args, checkpoint=None):
 
             if iteration == num_iterations or stop_signal or (args.checkpoint_interval and iteration % args.checkpoint_interval == 0):
                 save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, global_step, iteration, obs_rms, reward_scaler)
-                last_checkpoint_step = global_step
             completed_step = global_step
             if stop_signal and iteration < num_iterations:  # a signal during the last iteration: the run is finished
                 print(f"\nstopped at step {global_step:,}; checkpoint saved. Resume with: python {sys.argv[0]} --resume {checkpoint_path}")
@@ -659,9 +657,11 @@ def train(args, checkpoint=None):
         envs_failed = True
         save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, completed_step, iteration - 1, obs_rms, reward_scaler)
         fail(f"{e}; checkpoint of step {completed_step} saved: {checkpoint_path}")
-    except FloatingPointError as e:
-        saved = f"last good checkpoint: {checkpoint_path} (step {last_checkpoint_step})" if last_checkpoint_step is not None else "no checkpoint was written yet"
-        fail(f"non-finite {e} at global step {global_step}; stopped without saving; {saved}")
+    except FloatingPointError as e:  # caught before the optimizer step: the weights are still finite, so keep them
+        if completed_step == start_step:
+            fail(f"non-finite {e} at global step {global_step}, in the first iteration of this start: nothing new to save")
+        save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, completed_step, iteration - 1, obs_rms, reward_scaler)
+        fail(f"non-finite {e} at global step {global_step}; checkpoint of the last complete iteration (step {completed_step}) saved: {checkpoint_path}")
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)

@@ -394,24 +394,31 @@ def test_an_empty_checkpoint_file_is_reported(ppo, tmp_path):
         ppo.load_checkpoint(str(tmp_path / "empty.pt"))
 
 
-def test_non_finite_reward_stops_and_keeps_the_last_good_checkpoint(ppo, in_tmp):
-    args = short_args(ppo, env_id=constructed_env_id(ppo, "NanReward"), total_timesteps=4096)
+@pytest.mark.parametrize("checkpoint_interval", [1, 0], ids=["periodic checkpoints", "none before the end"])
+def test_non_finite_reward_stops_and_saves_the_last_complete_iteration(ppo, in_tmp, checkpoint_interval):
+    args = short_args(ppo, env_id=constructed_env_id(ppo, "NanReward"), total_timesteps=4096, checkpoint_interval=checkpoint_interval)
     # Each sub-env's reward turns NaN at its BAD_REWARD_AT-th real step. Under NEXT_STEP an autoreset row
     # follows every 20-step episode, so that is vector step BAD_REWARD_AT + (BAD_REWARD_AT - 1) // 20.
     vector_step = BAD_REWARD_AT if ppo is ppo_vector_sameStep else BAD_REWARD_AT + (BAD_REWARD_AT - 1) // 20
-    last_checkpoint = (vector_step - 1) // args.num_steps * args.num_steps * args.num_envs
-    assert last_checkpoint > 0
-    with pytest.raises(SystemExit, match=rf"non-finite reward at global step {vector_step * args.num_envs};.*checkpoint.pt \(step {last_checkpoint}\)"):
+    last_complete = (vector_step - 1) // args.num_steps * args.num_steps * args.num_envs
+    assert last_complete > 0
+    with pytest.raises(SystemExit, match=rf"non-finite reward at global step {vector_step * args.num_envs}; "
+                                         rf"checkpoint of the last complete iteration \(step {last_complete}\) saved: .*checkpoint.pt"):
         ppo.train(args)
-    checkpoint = torch.load(glob.glob("runs/*/checkpoint.pt")[0], weights_only=True)
-    assert checkpoint["global_step"] == last_checkpoint
+    path = glob.glob("runs/*/checkpoint.pt")[0]
+    checkpoint = ppo.load_checkpoint(path)
+    assert checkpoint["global_step"] == last_complete and checkpoint["iteration"] == last_complete // (args.num_steps * args.num_envs)
+    assert all(torch.isfinite(weights).all() for weights in checkpoint["model"].values())
+    # it resumes: on an env whose rewards stay finite, to the end of the run
+    resumed = ppo.Args(**{**checkpoint["args"], "env_id": constructed_env_id(ppo, "ConstantTruncated"), "resume": path})
+    assert torch.load(ppo.train(resumed, checkpoint), weights_only=True)["global_step"] == 4096
 
 
-def test_non_finite_loss_stops_the_run(ppo, in_tmp):
+def test_non_finite_loss_in_the_first_iteration_has_nothing_to_save(ppo, in_tmp):
     args = short_args(ppo, env_id=constructed_env_id(ppo, "HugeReward"))
     if ppo is not ppo_discrete:
         args.norm_reward = False  # reward scaling would tame the huge reward
-    with pytest.raises(SystemExit, match=f"non-finite loss at global step {args.num_envs * args.num_steps}; .*no checkpoint was written yet"):
+    with pytest.raises(SystemExit, match=f"non-finite loss at global step {args.num_envs * args.num_steps}, in the first iteration of this start: nothing new to save"):
         ppo.train(args)
     assert not glob.glob("runs/*/checkpoint.pt")
 
