@@ -108,11 +108,13 @@ class Args:
     resume: Optional[str] = None
     """path of a checkpoint to continue; its settings are used, flags given here override them"""
     eval_checkpoint: Optional[str] = None
-    """path of a checkpoint to evaluate deterministically for `eval_episodes` episodes, then exit"""
+    """path of a checkpoint to evaluate (deterministically, or see --eval-sample) for `eval_episodes` episodes, then exit"""
     eval_episodes: int = 10
     """the number of episodes of `--eval-checkpoint`"""
     eval_max_steps: int = 100000
     """an evaluation episode that has not ended after this many steps is cut there (for envs without a time limit)"""
+    eval_sample: bool = False
+    """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically"""
 
 
 CHECKPOINT_KEYS = {"model", "optimizer", "global_step", "iteration", "args", "run_name", "rng_state", "obs_rms", "return_rms"}
@@ -189,13 +191,14 @@ def parse_args():
     checkpoint = None
     if args.resume or args.eval_checkpoint:
         checkpoint = load_checkpoint(args.eval_checkpoint or args.resume)
-        saved = Args(**{**checkpoint["args"], "resume": args.resume, "eval_checkpoint": args.eval_checkpoint})
+        evaluation = {"capture_video": False, "eval_sample": False} if args.eval_checkpoint else {}  # not the training run's
+        saved = Args(**{**checkpoint["args"], **evaluation, "resume": args.resume, "eval_checkpoint": args.eval_checkpoint})
         args = tyro.cli(Args, default=saved)  # parse again: flags given on the command line win
     check_args(args)
     return args, checkpoint
 
 
-def make_env(env_id, idx, capture_video, video_folder):
+def make_env(env_id, idx, capture_video, video_folder, film_first=None):
     def thunk():
         if multiprocessing.parent_process() is not None:  # in a worker process (async mode)
             # Ctrl-C reaches every process of the terminal's group: the main process saves and stops the run,
@@ -203,7 +206,9 @@ def make_env(env_id, idx, capture_video, video_folder):
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array")
-            env = gym.wrappers.RecordVideo(env, video_folder, disable_logger=True)
+            # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first film_first episodes
+            trigger = (lambda episode: episode < film_first) if film_first else None
+            env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
         else:
             env = gym.make(env_id)
         if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
@@ -214,10 +219,10 @@ def make_env(env_id, idx, capture_video, video_folder):
     return thunk
 
 
-def make_envs(args, num_envs, video_folder, mode):
+def make_envs(args, num_envs, video_folder, mode, film_first=None):
     if args.capture_video and "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
         os.environ["MUJOCO_GL"] = "egl"  # render MuJoCo without a display
-    env_fns = [make_env(args.env_id, i, args.capture_video, video_folder) for i in range(num_envs)]
+    env_fns = [make_env(args.env_id, i, args.capture_video, video_folder, film_first) for i in range(num_envs)]
     try:  # detail 1: vectorized architecture, here with SAME_STEP autoreset
         if mode == "async":
             envs = gym.vector.AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -677,7 +682,7 @@ def evaluate(args, checkpoint):
     """Run the saved agent deterministically (most probable action, or the mean) with frozen normalization statistics."""
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
-    envs = make_envs(args, 1, video_folder, "sync")
+    envs = make_envs(args, 1, video_folder, "sync", film_first=args.eval_episodes)
     agent = Agent(envs, args.hidden_size, args.init_log_std)
     load_model(agent, checkpoint, args.env_id)
     obs_rms = RunningMeanStd(envs.single_observation_space.shape)
@@ -688,7 +693,7 @@ def evaluate(args, checkpoint):
     while len(episodic_returns) < args.eval_episodes:
         obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=False)
         with torch.no_grad():
-            action = agent.act_deterministic(torch.from_numpy(obs)).numpy()
+            action = (agent.get_action(torch.from_numpy(obs))[0] if args.eval_sample else agent.act_deterministic(torch.from_numpy(obs))).numpy()
         if not agent.discrete:
             action = np.clip(action, envs.single_action_space.low, envs.single_action_space.high)
         next_obs, reward, terminated, truncated, _ = envs.step(action)
@@ -697,9 +702,11 @@ def evaluate(args, checkpoint):
             cut_episodes += not (terminated[0] or truncated[0])
             episodic_returns.append(episode_return)
             episode_return, episode_length = 0.0, 0
-            next_obs, _ = envs.reset()  # the next episode starts at once, whatever the autoreset mode
+            if not (terminated[0] or truncated[0]):  # a cut episode; one that ended was reset in the same step (SAME_STEP)
+                next_obs, _ = envs.reset()
     envs.close()
-    print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over {args.eval_episodes} episodes (step {checkpoint['global_step']:,})")
+    print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over {args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "
+          f"{'actions sampled from the policy' if args.eval_sample else 'deterministic policy'}")
     if cut_episodes:
         print(f"{cut_episodes} of them cut at --eval-max-steps {args.eval_max_steps} (the env did not end them)")
     if args.capture_video:

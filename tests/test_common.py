@@ -273,6 +273,21 @@ def test_evaluation_cuts_episodes_that_never_end(ppo, in_tmp, capsys):
     assert "2 of them cut at --eval-max-steps 50" in capsys.readouterr().out
 
 
+def test_evaluation_films_every_episode_and_takes_neither_video_nor_sampling_from_training(ppo, in_tmp, capsys, monkeypatch):
+    path = ppo.train(short_args(ppo, total_timesteps=512, capture_video=True))
+    monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--eval-checkpoint", path, "--eval-episodes", "3"])
+    args, checkpoint = ppo.parse_args()
+    assert not args.capture_video and not args.eval_sample  # the training run filmed; its evaluation need not
+    monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--eval-checkpoint", path, "--eval-episodes", "3", "--capture-video"])
+    capsys.readouterr()
+    ppo.evaluate(*ppo.parse_args())
+    assert "deterministic policy" in capsys.readouterr().out
+    assert len(glob.glob("videos/*-eval/*.mp4")) == 3  # gymnasium's default schedule would keep episodes 0 and 1 only
+    monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--eval-checkpoint", path, "--eval-episodes", "1", "--eval-sample"])
+    ppo.evaluate(*ppo.parse_args())
+    assert "actions sampled from the policy" in capsys.readouterr().out
+
+
 def test_command_line_flags_override_the_checkpoint_settings(ppo, in_tmp, monkeypatch):
     path = ppo.train(short_args(ppo, ent_coef=0.05))
     monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--resume", path, "--total-timesteps", "4096"])
