@@ -12,6 +12,7 @@ transitions that autoreset creates are dropped from the update.
 """
 
 import fcntl
+import json
 import math
 import os
 import signal
@@ -54,6 +55,8 @@ class Args:
 
     env_id: str = "HalfCheetah-v5"
     """the id of the gymnasium environment (any Box action space)"""
+    env_kwargs: str = "{}"
+    """keyword arguments of gym.make as JSON, e.g. '{"is_slippery": false}' (FrozenLake-v1), '{"continuous": true}' (LunarLander-v3)"""
     total_timesteps: int = 1000000
     """total environment steps of the run (raise it with --resume to extend a run)"""
     learning_rate: float = 3e-4
@@ -123,6 +126,12 @@ def check_args(args):
     for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
         if isinstance(value, float) and not math.isfinite(value):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as e:
+        fail(f"--env-kwargs is not valid JSON ({e}): {args.env_kwargs}")
+    if not isinstance(env_kwargs, dict):
+        fail(f"--env-kwargs must be a JSON object such as '{{\"is_slippery\": false}}', got {args.env_kwargs}")
     if not 0 <= args.seed < 2**63:
         fail(f"--seed must lie in [0, 2**63), got {args.seed}")
     positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes", "eval_max_steps", "hidden_size"]
@@ -188,15 +197,15 @@ def parse_args():
     return args, checkpoint
 
 
-def make_env(env_id, idx, capture_video, video_folder, film_first=None):
+def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
     def thunk():
         if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.make(env_id, render_mode="rgb_array", **env_kwargs)
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first film_first episodes
             trigger = (lambda episode: episode < film_first) if film_first else None
             env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
         else:
-            env = gym.make(env_id)
+            env = gym.make(env_id, **env_kwargs)
         if len(env.observation_space.shape) != 1:
             env = gym.wrappers.FlattenObservation(env)
         return env
@@ -209,9 +218,9 @@ def make_envs(args, num_envs, video_folder, film_first=None):
         os.environ["MUJOCO_GL"] = "egl"  # render MuJoCo without a display
     try:
         # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP
-        envs = gym.vector.SyncVectorEnv([make_env(args.env_id, i, args.capture_video, video_folder, film_first) for i in range(num_envs)])
-    except gym.error.Error as e:
-        fail(f"cannot make env '{args.env_id}': {e}")
+        envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video, video_folder, film_first) for i in range(num_envs)])
+    except (gym.error.Error, TypeError, ValueError) as e:  # an unknown id, or keyword arguments it does not take
+        fail(f"cannot make env '{args.env_id}' with --env-kwargs '{args.env_kwargs}': {e}" if args.env_kwargs != "{}" else f"cannot make env '{args.env_id}': {e}")
     if not isinstance(envs.single_action_space, gym.spaces.Box):
         fail(f"{args.env_id} has a {type(envs.single_action_space).__name__} action space; ppo_continuous.py needs Box (use ppo_discrete.py)")
     if not isinstance(envs.single_observation_space, gym.spaces.Box):

@@ -18,6 +18,7 @@ Implementation Details of PPO" (Huang et al., 2022).
 """
 
 import fcntl
+import json
 import math
 import multiprocessing
 import os
@@ -57,7 +58,9 @@ class Args:
     """if toggled, record videos of env 0 to `videos/`"""
 
     env_id: str = "Pendulum-v1"
-    """the id of the gymnasium environment (Discrete or action space)"""
+    """the id of the gymnasium environment (Discrete or Box action space)"""
+    env_kwargs: str = "{}"
+    """keyword arguments of gym.make as JSON, e.g. '{"is_slippery": false}' (FrozenLake-v1), '{"continuous": true}' (LunarLander-v3)"""
     vectorization_mode: Literal["async", "sync"] = "async"
     """async: one process per sub-env (AsyncVectorEnv); sync: all in this process (SyncVectorEnv), for debugging or few cores"""
     env_timeout: float = 60.0
@@ -131,6 +134,12 @@ def check_args(args):
     for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
         if isinstance(value, float) and not math.isfinite(value):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as e:
+        fail(f"--env-kwargs is not valid JSON ({e}): {args.env_kwargs}")
+    if not isinstance(env_kwargs, dict):
+        fail(f"--env-kwargs must be a JSON object such as '{{\"is_slippery\": false}}', got {args.env_kwargs}")
     if not 0 <= args.seed < 2**63:
         fail(f"--seed must lie in [0, 2**63), got {args.seed}")
     positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes", "eval_max_steps", "hidden_size"]
@@ -198,19 +207,19 @@ def parse_args():
     return args, checkpoint
 
 
-def make_env(env_id, idx, capture_video, video_folder, film_first=None):
+def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
     def thunk():
         if multiprocessing.parent_process() is not None:  # in a worker process (async mode)
             # Ctrl-C reaches every process of the terminal's group: the main process saves and stops the run,
             # the workers must not die under it mid-step. (SIGTERM stays fatal: it is how workers are stopped.)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
         if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array")
+            env = gym.make(env_id, render_mode="rgb_array", **env_kwargs)
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first film_first episodes
             trigger = (lambda episode: episode < film_first) if film_first else None
             env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
         else:
-            env = gym.make(env_id)
+            env = gym.make(env_id, **env_kwargs)
         if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
             env = gym.wrappers.FlattenObservation(env)  # Discrete observations become one-hot vectors
         # per sub-env statistics: under SAME_STEP they arrive in infos["final_info"]["episode"] (raw, unscaled returns)
@@ -222,14 +231,14 @@ def make_env(env_id, idx, capture_video, video_folder, film_first=None):
 def make_envs(args, num_envs, video_folder, mode, film_first=None):
     if args.capture_video and "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
         os.environ["MUJOCO_GL"] = "egl"  # render MuJoCo without a display
-    env_fns = [make_env(args.env_id, i, args.capture_video, video_folder, film_first) for i in range(num_envs)]
+    env_fns = [make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video, video_folder, film_first) for i in range(num_envs)]
     try:  # detail 1: vectorized architecture, here with SAME_STEP autoreset
         if mode == "async":
             envs = gym.vector.AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
         else:
             envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
-    except gym.error.Error as e:
-        fail(f"cannot make env '{args.env_id}': {e}")
+    except (gym.error.Error, TypeError, ValueError) as e:  # an unknown id, or keyword arguments it does not take
+        fail(f"cannot make env '{args.env_id}' with --env-kwargs '{args.env_kwargs}': {e}" if args.env_kwargs != "{}" else f"cannot make env '{args.env_id}': {e}")
     if not isinstance(envs.single_action_space, (gym.spaces.Discrete, gym.spaces.Box)):
         envs.close()
         fail(f"{args.env_id} has a {type(envs.single_action_space).__name__} action space; this script takes Discrete or Box")

@@ -288,6 +288,26 @@ def test_evaluation_films_every_episode_and_takes_neither_video_nor_sampling_fro
     assert "actions sampled from the policy" in capsys.readouterr().out
 
 
+def test_env_kwargs_reach_the_env_in_training_resume_and_evaluation(ppo, in_tmp):
+    # the constructed env truncates at 20 steps; terminate_after=5 ends every episode after 5 steps instead
+    args = short_args(ppo, env_id=constructed_env_id(ppo, "ConstantTruncated"), total_timesteps=512, env_kwargs='{"terminate_after": 5}')
+    path = ppo.train(args)
+    assert {length for _, length in scalars(os.path.dirname(path))["charts/episodic_length"]} == {5.0}
+    checkpoint = ppo.load_checkpoint(path)
+    ppo.train(ppo.Args(**{**checkpoint["args"], "total_timesteps": 1024, "resume": path}), checkpoint)
+    assert {length for _, length in scalars(os.path.dirname(path))["charts/episodic_length"]} == {5.0}
+    checkpoint = ppo.load_checkpoint(path)
+    assert ppo.evaluate(ppo.Args(**{**checkpoint["args"], "eval_checkpoint": path, "eval_episodes": 2}), checkpoint) == [5.0, 5.0]
+
+
+@pytest.mark.parametrize("env_kwargs, phrase", [('{"no_such_option": 1}', "unexpected keyword argument 'no_such_option'"),
+                                                 ("{bad", "--env-kwargs is not valid JSON"), ("[1]", "--env-kwargs must be a JSON object")])
+def test_bad_env_kwargs_get_one_line(ppo, in_tmp, env_kwargs, phrase):
+    with pytest.raises(SystemExit, match=phrase):
+        ppo.check_args(short_args(ppo, env_kwargs=env_kwargs))
+        ppo.train(short_args(ppo, env_kwargs=env_kwargs))
+
+
 def test_command_line_flags_override_the_checkpoint_settings(ppo, in_tmp, monkeypatch):
     path = ppo.train(short_args(ppo, ent_coef=0.05))
     monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--resume", path, "--total-timesteps", "4096"])
