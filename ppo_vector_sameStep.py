@@ -24,6 +24,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import tempfile
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, fields
@@ -231,6 +232,8 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
 def make_envs(args, num_envs, video_folder, mode, film_first=None):
     if args.capture_video and "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
         os.environ["MUJOCO_GL"] = "egl"  # render MuJoCo without a display
+    if args.capture_video and not os.environ.get("XDG_RUNTIME_DIR"):
+        os.environ["XDG_RUNTIME_DIR"] = tempfile.gettempdir()  # else pygame's renderer prints "error: XDG_RUNTIME_DIR is invalid"
     env_fns = [make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video, video_folder, film_first) for i in range(num_envs)]
     try:  # detail 1: vectorized architecture, here with SAME_STEP autoreset
         if mode == "async":
@@ -508,6 +511,9 @@ def train(args, checkpoint=None):
              f"--num-steps {checkpoint['args']['num_steps']}")
     if start_iteration > num_iterations:
         fail(f"the checkpoint is at step {global_step}: pass a --total-timesteps beyond it to extend the run")
+    total_timesteps = num_iterations * batch_size  # the run takes whole batches
+    if total_timesteps != args.total_timesteps:
+        print(f"note: --total-timesteps {args.total_timesteps:,} is rounded down to whole batches of {batch_size:,}: {total_timesteps:,} steps")
     if checkpoint:  # a resumed run continues in the folder of its checkpoint, wherever it is started from
         run_name, run_dir = checkpoint["run_name"], os.path.dirname(args.resume) or "."
     else:
@@ -659,7 +665,7 @@ def train(args, checkpoint=None):
             writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
             writer.add_scalar("losses/explained_variance", explained_var, global_step)
             writer.add_scalar("charts/SPS", sps, global_step)
-            last_print = print_progress(global_step, args.total_timesteps, sps, recent_returns, last_print, iteration == num_iterations)
+            last_print = print_progress(global_step, total_timesteps, sps, recent_returns, last_print, iteration == num_iterations)
 
             if iteration == num_iterations or stop_signal or (args.checkpoint_interval and iteration % args.checkpoint_interval == 0):
                 save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, global_step, iteration, obs_rms, reward_scaler)

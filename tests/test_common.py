@@ -308,6 +308,22 @@ def test_bad_env_kwargs_get_one_line(ppo, in_tmp, env_kwargs, phrase):
         ppo.train(short_args(ppo, env_kwargs=env_kwargs))
 
 
+def test_total_timesteps_rounded_to_whole_batches_is_said_and_shown(ppo, in_tmp, capsys):
+    path = ppo.train(short_args(ppo, total_timesteps=1500))  # batches of 512 steps
+    output = capsys.readouterr().out
+    assert "--total-timesteps 1,500 is rounded down to whole batches of 512: 1,024 steps" in output
+    assert "1,024/1,024 steps" in output and torch.load(path, weights_only=True)["global_step"] == 1024
+
+
+def test_video_capture_prints_no_stray_error_lines(ppo, tmp_path):
+    environment = {key: value for key, value in os.environ.items() if key != "XDG_RUNTIME_DIR"}
+    flags = ["--env-id", short_args(ppo).env_id, "--total-timesteps", "512", "--num-envs", "2", "--num-steps", "256", "--capture-video"]
+    result = subprocess.run([sys.executable, os.path.join(ROOT, f"{ppo.__name__}.py"), *flags], cwd=tmp_path,
+                            capture_output=True, text=True, env=environment, timeout=120)
+    assert result.returncode == 0 and "error" not in result.stderr, result.stderr
+    assert glob.glob(str(tmp_path / "videos" / "*" / "*.mp4"))
+
+
 def test_command_line_flags_override_the_checkpoint_settings(ppo, in_tmp, monkeypatch):
     path = ppo.train(short_args(ppo, ent_coef=0.05))
     monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--resume", path, "--total-timesteps", "4096"])
