@@ -19,6 +19,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Optional
@@ -207,8 +208,8 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
             env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
         else:
             env = gym.make(env_id, **env_kwargs)
-        if len(env.observation_space.shape) != 1:
-            env = gym.wrappers.FlattenObservation(env)
+        if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
+            env = gym.wrappers.FlattenObservation(env)  # images, Dict and Tuple observations become one vector
         return env
 
     return thunk
@@ -228,6 +229,9 @@ def make_envs(args, num_envs, video_folder, film_first=None):
         fail(f"{args.env_id} has a {type(envs.single_action_space).__name__} action space; ppo_continuous.py needs Box (use ppo_discrete.py)")
     if not isinstance(envs.single_observation_space, gym.spaces.Box):
         fail(f"{args.env_id} has a {type(envs.single_observation_space).__name__} observation space; ppo_continuous.py needs Box")
+    if len(envs.single_action_space.shape) != 1:
+        fail(f"{args.env_id} has Box actions of shape {envs.single_action_space.shape}; ppo_continuous.py takes one-dimensional ones "
+             "(reshape them in a wrapper, e.g. gym.wrappers.TransformAction)")
     return gym.wrappers.vector.RecordEpisodeStatistics(envs)  # logs the raw, unscaled episode returns
 
 
@@ -429,6 +433,17 @@ def print_progress(global_step, total, sps, recent_returns, last_print, final):
     return now
 
 
+class EnvError(Exception):
+    """The environment raised an exception during a step (its own exception is the __cause__)."""
+
+
+def print_env_error(error):
+    """The env's exception with the frames of its own code (not gymnasium's, not this script's), as Python shows them."""
+    ours = (os.path.dirname(gym.__file__), os.path.abspath(__file__))
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not os.path.abspath(frame.filename).startswith(ours)]
+    print("".join(["\nthe env's error:\n", *traceback.format_list(frames), *traceback.format_exception_only(error)]), end="", file=sys.stderr)
+
+
 def create_run_dir(base_name):
     """runs/<base_name>, or runs/<base_name>-2, -3, ... if that exists: mkdir is atomic, so two runs
     started in the same second never share a folder."""
@@ -553,7 +568,10 @@ def train(args, checkpoint=None):
                 logprobs[step] = logprob.cpu().numpy()
 
                 # continuous detail 5: the env gets the action clipped to its bounds; the buffer keeps the sampled one
-                next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], action_low, action_high))
+                try:
+                    next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], action_low, action_high))
+                except Exception as e:  # the env crashed: save what was learned, then show the env's error
+                    raise EnvError() from e
                 if not np.isfinite(next_obs).all() or not np.isfinite(reward).all():
                     raise FloatingPointError("observation" if not np.isfinite(next_obs).all() else "reward")
                 next_done = np.logical_or(terminated, truncated).astype(np.float32)
@@ -617,6 +635,11 @@ def train(args, checkpoint=None):
             if stop_signal and iteration < num_iterations:  # a signal during the last iteration: the run is finished
                 print(f"\nstopped at step {global_step:,}; checkpoint saved. Resume with: python {sys.argv[0]} --resume {checkpoint_path}")
                 raise SystemExit(128 + stop_signal[0])
+    except EnvError as e:  # keep what the run learned up to its last complete iteration
+        save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, completed_step, iteration - 1, obs_rms, reward_scaler)
+        print_env_error(e.__cause__)
+        fail(f"{args.env_id} raised {type(e.__cause__).__name__} at global step {global_step}; checkpoint of the last complete "
+             f"iteration (step {completed_step}) saved. Resume with: python {sys.argv[0]} --resume {checkpoint_path}")
     except FloatingPointError as e:  # caught before the optimizer step: the weights are still finite, so keep them
         if completed_step == start_step:
             fail(f"non-finite {e} at global step {global_step}, in the first iteration of this start: nothing new to save")

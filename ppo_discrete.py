@@ -18,6 +18,7 @@ import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Optional
@@ -351,6 +352,17 @@ def print_progress(global_step, total, sps, recent_returns, last_print, final):
     return now
 
 
+class EnvError(Exception):
+    """The environment raised an exception during a step (its own exception is the __cause__)."""
+
+
+def print_env_error(error):
+    """The env's exception with the frames of its own code (not gymnasium's, not this script's), as Python shows them."""
+    ours = (os.path.dirname(gym.__file__), os.path.abspath(__file__))
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not os.path.abspath(frame.filename).startswith(ours)]
+    print("".join(["\nthe env's error:\n", *traceback.format_list(frames), *traceback.format_exception_only(error)]), end="", file=sys.stderr)
+
+
 def create_run_dir(base_name):
     """runs/<base_name>, or runs/<base_name>-2, -3, ... if that exists: mkdir is atomic, so two runs
     started in the same second never share a folder."""
@@ -467,7 +479,10 @@ def train(args, checkpoint=None):
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = logprob.cpu().numpy()
 
-                next_obs, reward, terminated, truncated, infos = envs.step(actions[step])
+                try:
+                    next_obs, reward, terminated, truncated, infos = envs.step(actions[step])
+                except Exception as e:  # the env crashed: save what was learned, then show the env's error
+                    raise EnvError() from e
                 if not np.isfinite(next_obs).all() or not np.isfinite(reward).all():
                     raise FloatingPointError("observation" if not np.isfinite(next_obs).all() else "reward")
                 rewards[step] = reward
@@ -528,6 +543,11 @@ def train(args, checkpoint=None):
             if stop_signal and iteration < num_iterations:  # a signal during the last iteration: the run is finished
                 print(f"\nstopped at step {global_step:,}; checkpoint saved. Resume with: python {sys.argv[0]} --resume {checkpoint_path}")
                 raise SystemExit(128 + stop_signal[0])
+    except EnvError as e:  # keep what the run learned up to its last complete iteration
+        save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, completed_step, iteration - 1)
+        print_env_error(e.__cause__)
+        fail(f"{args.env_id} raised {type(e.__cause__).__name__} at global step {global_step}; checkpoint of the last complete "
+             f"iteration (step {completed_step}) saved. Resume with: python {sys.argv[0]} --resume {checkpoint_path}")
     except FloatingPointError as e:  # caught before the optimizer step: the weights are still finite, so keep them
         if completed_step == start_step:
             fail(f"non-finite {e} at global step {global_step}, in the first iteration of this start: nothing new to save")

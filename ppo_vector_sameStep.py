@@ -245,6 +245,10 @@ def make_envs(args, num_envs, video_folder, mode, film_first=None):
     if not isinstance(envs.single_action_space, (gym.spaces.Discrete, gym.spaces.Box)):
         envs.close()
         fail(f"{args.env_id} has a {type(envs.single_action_space).__name__} action space; this script takes Discrete or Box")
+    if isinstance(envs.single_action_space, gym.spaces.Box) and len(envs.single_action_space.shape) != 1:
+        envs.close()
+        fail(f"{args.env_id} has Box actions of shape {envs.single_action_space.shape}; this script takes one-dimensional ones "
+             "(reshape them in a wrapper, e.g. gym.wrappers.TransformAction)")
     return envs
 
 

@@ -56,6 +56,35 @@ class ConstantRewardEnv(gym.Env):
         return self.observation(), reward, terminated, False, {}
 
 
+
+class SpacesEnv(gym.Env):
+    """Reward 1 a step and 20-step episodes, with any observation and action spaces; observations are samples."""
+
+    def __init__(self, observation_space, action_space):
+        self.observation_space, self.action_space = observation_space, action_space
+        self.steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.observation_space.seed(seed)
+        self.steps = 0
+        return self.observation_space.sample(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action, self.action_space.dtype)), action
+        self.steps += 1
+        return self.observation_space.sample(), 1.0, False, self.steps >= 20, {}
+
+
+BOX2 = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+for name, observations, actions in (
+    ("DictObservations", gym.spaces.Dict({"position": BOX2, "mode": gym.spaces.Discrete(3)}), BOX2),
+    ("TupleObservations", gym.spaces.Tuple((BOX2, gym.spaces.Discrete(3))), BOX2),
+    ("TextObservations", gym.spaces.Text(5), BOX2),
+    ("MatrixActions", BOX2, gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32)),
+):
+    gym.register(f"test/{name}-v0", entry_point=SpacesEnv, kwargs={"observation_space": observations, "action_space": actions})
+
 BAD_REWARD_AT = 300  # the real step of each sub-env whose reward is NaN
 for suffix, box in (("", False), ("Box", True)):
     gym.register(f"test/ConstantTruncated{suffix}-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"box_actions": box})
@@ -67,6 +96,7 @@ for suffix, box in (("", False), ("Box", True)):
                  kwargs={"bad_reward_at": 1, "bad_reward": 1e30, "box_actions": box})
 gym.register("test/CountingTruncated-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"count_steps": True})
 gym.register("test/Crashing-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"crash_at": 300})
+gym.register("test/CrashingBox-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"crash_at": 300, "box_actions": True})
 gym.register("test/Hanging-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"hang_at": 300})
 
 

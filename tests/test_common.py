@@ -465,6 +465,25 @@ def test_non_finite_reward_stops_and_saves_the_last_complete_iteration(ppo, in_t
     assert torch.load(ppo.train(resumed, checkpoint), weights_only=True)["global_step"] == 4096
 
 
+def test_an_env_that_raises_saves_first_then_shows_its_own_error(next_step_ppo, in_tmp, capsys):
+    ppo = next_step_ppo
+    args = short_args(ppo, env_id=constructed_env_id(ppo, "Crashing"), total_timesteps=4096, checkpoint_interval=0)
+    # each sub-env raises at its 300th real step; an autoreset row follows each of its 20-step episodes
+    vector_step = 300 + (300 - 1) // 20
+    last_complete = (vector_step - 1) // args.num_steps * args.num_steps * args.num_envs
+    with pytest.raises(SystemExit, match=rf"{args.env_id} raised RuntimeError at global step {vector_step * args.num_envs}; checkpoint "
+                                         rf"of the last complete iteration \(step {last_complete}\) saved. Resume with"):
+        ppo.train(args)
+    shown = capsys.readouterr().err
+    assert "conftest.py" in shown and "RuntimeError: the simulator fell over" in shown  # the env's own frames and error
+    assert f"{ppo.__name__}.py" not in shown and "gymnasium" not in shown and "Traceback" not in shown
+    path = glob.glob("runs/*/checkpoint.pt")[0]
+    checkpoint = ppo.load_checkpoint(path)
+    assert checkpoint["global_step"] == last_complete
+    resumed = ppo.Args(**{**checkpoint["args"], "env_id": constructed_env_id(ppo, "ConstantTruncated"), "resume": path})
+    assert torch.load(ppo.train(resumed, checkpoint), weights_only=True)["global_step"] == 4096
+
+
 def test_non_finite_loss_in_the_first_iteration_has_nothing_to_save(ppo, in_tmp):
     args = short_args(ppo, env_id=constructed_env_id(ppo, "HugeReward"))
     if ppo is not ppo_discrete:
