@@ -132,6 +132,11 @@ def fail(message):
 
 
 def check_args(args):
+    if ":" not in args.env_id:  # an unknown id is named before any complaint about sizes (module:Name ids are checked at make)
+        try:
+            gym.spec(args.env_id)
+        except gym.error.Error as e:
+            fail(f"cannot make env '{args.env_id}': {e}")
     for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
         if isinstance(value, float) and not math.isfinite(value):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
@@ -457,6 +462,7 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
         "run_name": run_name,
         "script": SCRIPT,
         "rng_state": torch.get_rng_state(),
+        "cuda_rng_state": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],  # sampling on a GPU draws from these
         "obs_rms": obs_rms.state_dict(),
         "return_rms": reward_scaler.return_rms.state_dict(),
     }
@@ -545,6 +551,8 @@ def train(args, checkpoint=None):
         load_model(agent, checkpoint, args.env_id)
         optimizer.load_state_dict(checkpoint["optimizer"])
         torch.set_rng_state(checkpoint["rng_state"])
+        if checkpoint.get("cuda_rng_state") and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(checkpoint["cuda_rng_state"])
     obs_rms = RunningMeanStd(envs.single_observation_space.shape)
     reward_scaler = RewardScaler(args.num_envs, args.gamma)
     if checkpoint:  # continuous detail 6: the normalization statistics continue with the run

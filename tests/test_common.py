@@ -152,7 +152,7 @@ def test_truncation_is_bootstrapped_and_termination_is_not(ppo, in_tmp):
 def test_short_run_writes_every_tag_and_a_complete_checkpoint(ppo, in_tmp):
     path = ppo.train(short_args(ppo))
     checkpoint = torch.load(path, weights_only=True)
-    assert set(checkpoint) == ppo.CHECKPOINT_KEYS | {"script"} and checkpoint["script"] == f"{ppo.__name__}.py"
+    assert set(checkpoint) == ppo.CHECKPOINT_KEYS | {"script", "cuda_rng_state"} and checkpoint["script"] == f"{ppo.__name__}.py"
     assert checkpoint["global_step"] == 1024 and checkpoint["iteration"] == 2
     tags = scalars(os.path.dirname(path))
     expected = {"charts/episodic_return", "charts/episodic_length", "charts/learning_rate", "charts/SPS",
@@ -377,6 +377,12 @@ def test_bad_sizes_get_a_clear_message(ppo, flags, phrase, monkeypatch):
 
 def test_unknown_env_is_named(ppo, tmp_path):
     assert_clean_error(run_script(f"{ppo.__name__}.py", "--env-id", "NoSuchEnv-v0", cwd=tmp_path), "NoSuchEnv-v0")
+
+
+def test_unknown_env_is_named_before_a_complaint_about_sizes(ppo, monkeypatch):
+    monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--env-id", "NoSuchEnv-v0", "--num-minibatches", "7"])
+    with pytest.raises(SystemExit, match="cannot make env 'NoSuchEnv-v0'"):
+        ppo.parse_args()
 
 
 def test_wrong_action_space_points_to_the_other_script(next_step_ppo, tmp_path):
