@@ -1,6 +1,7 @@
 """Learning-curve plots from the runner's folders, following rliable's recommendations for few seeds.
 
     python benchmarks/plot.py benchmark_runs/bench --out benchmark_runs/bench/plots
+    python benchmarks/plot.py benchmark_runs/humanoid_1m benchmark_runs/humanoid_defaults_1m --labels HUMANOID defaults
 
 Writes three PNGs:
 - curves_steps.png: one panel per env, one line per script: the mean over seeds of the episodic return
@@ -34,15 +35,16 @@ GRID_POINTS = 200
 BOOTSTRAP_RESAMPLES = 2000
 
 
-def finished_runs(folders):
-    """{(script, env_id): [read_run(...) of each finished seed]} for every finished run under the runner folders."""
+def finished_runs(folders, labels=None):
+    """{(label, env_id): [read_run(...) of each finished seed]} for every finished run under the runner folders.
+    A folder's label names its lines (e.g. its settings); without labels, the script does."""
     runs = {}
-    for folder in folders:
+    for folder, label in zip(folders, labels or [None] * len(folders)):
         for path in sorted(glob.glob(os.path.join(folder, "*", "result.json"))):
             with open(path) as f:
                 result = json.load(f)
             if result["status"] == "finished":
-                runs.setdefault((result["script"], result["env_id"]), []).append(read_run(os.path.dirname(path)))
+                runs.setdefault((label or result["script"], result["env_id"]), []).append(read_run(os.path.dirname(path)))
     return runs
 
 
@@ -135,8 +137,11 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+", help="output folders of benchmarks/run.py")
     parser.add_argument("--out", default=None, help="where to write the PNGs (default: <first folder>/plots)")
+    parser.add_argument("--labels", nargs="+", default=None, help="one label per folder for its lines (default: the script's name)")
     cli = parser.parse_args()
-    runs = finished_runs(cli.folders)
+    if cli.labels and len(cli.labels) != len(cli.folders):
+        parser.error(f"--labels needs one label per folder ({len(cli.folders)}), got {len(cli.labels)}")
+    runs = finished_runs(cli.folders, cli.labels)
     if not runs:
         sys.exit(f"error: no finished runs under {', '.join(cli.folders)}")
     out = cli.out or os.path.join(cli.folders[0], "plots")

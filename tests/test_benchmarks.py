@@ -165,6 +165,9 @@ def test_plots_have_one_panel_per_env_from_real_runs(bench_runs, tmp_path):
     assert plot.plot_curves(runs, lambda run: run["steps"], "env steps", str(tmp_path / "check.png")) == ["Acrobot-v1", "CartPole-v1"]
     iqms = plot.plot_aggregate(runs, str(tmp_path / "check_aggregate.png"))
     assert list(iqms) == ["ppo_discrete.py\nAcrobot-v1, CartPole-v1"]
+    # one label per folder names its lines, so two settings of one script stay apart
+    labelled = plot.finished_runs([str(out), str(out)], ["tuned", "defaults"])
+    assert sorted(labelled) == [(label, env) for label in ("defaults", "tuned") for env in ("Acrobot-v1", "CartPole-v1")]
 
 
 def test_smoothed_curve_and_iqm_match_brute_force():
