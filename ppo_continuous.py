@@ -422,8 +422,13 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
         "return_rms": reward_scaler.return_rms.state_dict(),
     }
     tmp_path = f"{path}.{os.getpid()}.tmp"  # one temporary file per process
-    torch.save(checkpoint, tmp_path)
-    os.replace(tmp_path, path)  # atomic: the previous checkpoint stays whole until the new one is complete
+    try:
+        torch.save(checkpoint, tmp_path)
+        os.replace(tmp_path, path)  # atomic: the previous checkpoint stays whole until the new one is complete
+    except OSError as e:  # a full disk, a folder that cannot be written
+        if os.path.exists(tmp_path):
+            os.remove(tmp_path)
+        fail(f"cannot write checkpoint {path}: {e.strerror or e}; the previous checkpoint, if any, is intact")
 
 
 def print_progress(global_step, total, sps, recent_returns, last_print, final):
@@ -453,7 +458,10 @@ def print_env_error(error):
 def create_run_dir(base_name):
     """runs/<base_name>, or runs/<base_name>-2, -3, ... if that exists: mkdir is atomic, so two runs
     started in the same second never share a folder."""
-    os.makedirs("runs", exist_ok=True)
+    try:
+        os.makedirs("runs", exist_ok=True)
+    except OSError as e:
+        fail(f"cannot create the folder runs/ for this run: {e.strerror or e}")
     name, number = base_name, 1
     while True:
         try:
@@ -462,6 +470,8 @@ def create_run_dir(base_name):
         except FileExistsError:
             number += 1
             name = f"{base_name}-{number}"
+        except OSError as e:
+            fail(f"cannot create the run folder runs/{name}: {e.strerror or e}")
 
 
 def lock_run(run_dir):

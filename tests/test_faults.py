@@ -1,6 +1,8 @@
 """Faults and unusual spaces, as a table: each case against every script it applies to, with what must happen."""
 
+import errno
 import glob
+import os
 import re
 
 import pytest
@@ -8,8 +10,10 @@ import torch
 from conftest import short_args
 
 import ppo_continuous
+import ppo_discrete
 import ppo_vector_sameStep
 
+ALL_SCRIPTS = [ppo_discrete, ppo_continuous, ppo_vector_sameStep]
 BOX_SCRIPTS = [ppo_continuous, ppo_vector_sameStep]
 
 # (env id, None if the run must train, else the phrase of its one-line refusal)
@@ -32,3 +36,30 @@ def test_observation_and_action_spaces_train_or_get_one_line(ppo, env_id, refusa
         with pytest.raises(SystemExit, match=re.escape(refusal)):
             ppo.train(args)
         assert not glob.glob("runs/*")  # a refused run leaves no folder behind
+
+
+@pytest.mark.parametrize("ppo", ALL_SCRIPTS, ids=lambda module: module.__name__)
+def test_a_runs_folder_that_cannot_be_made_gets_one_line(ppo, in_tmp):
+    (in_tmp / "runs").write_text("a file where the folder should be")
+    with pytest.raises(SystemExit, match="cannot create the folder runs/ for this run"):
+        ppo.train(short_args(ppo))
+
+
+@pytest.mark.parametrize("ppo", ALL_SCRIPTS, ids=lambda module: module.__name__)
+def test_a_checkpoint_that_cannot_be_written_keeps_the_previous_one(ppo, in_tmp, monkeypatch):
+    real_save, calls = torch.save, []
+
+    def full_disk_on_second_save(obj, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 2:
+            with open(path, "wb") as f:  # half a file, then the disk is full
+                f.write(b"partial")
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", full_disk_on_second_save)
+    with pytest.raises(SystemExit, match="cannot write checkpoint .*checkpoint.pt: No space left on device; the previous checkpoint, if any, is intact"):
+        ppo.train(short_args(ppo))  # checkpoints after iterations 1 and 2
+    monkeypatch.setattr(torch, "save", real_save)
+    assert ppo.load_checkpoint(glob.glob("runs/*/checkpoint.pt")[0])["global_step"] == 512
+    assert not glob.glob("runs/*/*.tmp")
