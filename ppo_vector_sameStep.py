@@ -197,6 +197,15 @@ def load_checkpoint(path):
     unknown = set(checkpoint["args"]) - {field.name for field in fields(Args)} if isinstance(checkpoint["args"], dict) else {"?"}
     if unknown:
         fail(f"{path} is not a checkpoint of {SCRIPT} (unknown settings: {', '.join(sorted(map(str, unknown)))})")
+    # a damaged file: settings of the wrong type (an int may stand for a float), counters or random state that are not
+    wrong = [field.name for field in fields(Args) if field.name in checkpoint["args"] and field.default is not None
+             and type(checkpoint["args"][field.name]) is not type(field.default)
+             and not (type(field.default) is float and type(checkpoint["args"][field.name]) is int)]
+    wrong += [key for key in ("global_step", "iteration") if type(checkpoint[key]) is not int]
+    wrong += [] if isinstance(checkpoint["rng_state"], torch.Tensor) and checkpoint["rng_state"].dtype == torch.uint8 else ["rng_state"]
+    wrong += [] if isinstance(checkpoint["model"], dict) else ["model"]
+    if wrong:
+        fail(f"{path} is damaged: wrong type of {', '.join(wrong)}")
     return checkpoint
 
 

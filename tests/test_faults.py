@@ -63,3 +63,17 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_previous_one(ppo, in_tmp,
     monkeypatch.setattr(torch, "save", real_save)
     assert ppo.load_checkpoint(glob.glob("runs/*/checkpoint.pt")[0])["global_step"] == 512
     assert not glob.glob("runs/*/*.tmp")
+
+
+DAMAGES = [("args", "num_envs", "four"), ("args", "learning_rate", "fast"), ("args", "norm_adv", 1), (None, "global_step", 1.5),
+           (None, "rng_state", [1, 2, 3]), (None, "model", "weights")]
+
+
+@pytest.mark.parametrize("part, key, value", DAMAGES, ids=[f"{key}={value!r}" for _, key, value in DAMAGES])
+@pytest.mark.parametrize("ppo", ALL_SCRIPTS, ids=lambda module: module.__name__)
+def test_a_checkpoint_with_values_of_the_wrong_type_is_called_damaged(ppo, part, key, value, in_tmp):
+    checkpoint = torch.load(ppo.train(short_args(ppo, total_timesteps=512)), weights_only=True)
+    (checkpoint[part] if part else checkpoint)[key] = value
+    torch.save(checkpoint, "damaged.pt")
+    with pytest.raises(SystemExit, match=f"damaged.pt is damaged: wrong type of {key}"):
+        ppo.load_checkpoint("damaged.pt")
