@@ -3,11 +3,15 @@
 import errno
 import glob
 import os
+import random
 import re
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
-from conftest import short_args
+from conftest import ROOT, short_args
 
 import ppo_continuous
 import ppo_discrete
@@ -77,3 +81,30 @@ def test_a_checkpoint_with_values_of_the_wrong_type_is_called_damaged(ppo, part,
     torch.save(checkpoint, "damaged.pt")
     with pytest.raises(SystemExit, match=f"damaged.pt is damaged: wrong type of {key}"):
         ppo.load_checkpoint("damaged.pt")
+
+
+def test_a_run_killed_at_random_moments_always_leaves_a_loadable_checkpoint(tmp_path):
+    """SIGKILL gives no chance to clean up: the atomic write (temporary file, then rename) alone must keep the checkpoint whole."""
+    rng = random.Random(0)
+    flags = ["--total-timesteps", "100000000", "--num-envs", "1", "--num-steps", "8", "--num-minibatches", "2",
+             "--update-epochs", "1", "--checkpoint-interval", "1"]
+    steps = []
+    for attempt in range(6):
+        checkpoints = glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt"))
+        resume = ["--resume", checkpoints[0]] if checkpoints else []
+        process = subprocess.Popen([sys.executable, os.path.join(ROOT, "ppo_discrete.py"), *flags, *resume], cwd=tmp_path,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        def written_since_start():  # this process has written at least one checkpoint
+            paths = glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt"))
+            return paths and (not checkpoints or os.path.getmtime(paths[0]) > started)
+
+        started, deadline = time.time(), time.time() + 60
+        while not written_since_start() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(rng.uniform(0.0, 1.0))  # a checkpoint every 8 steps: writing is a good part of the time
+        process.kill()
+        process.wait()
+        checkpoint = ppo_discrete.load_checkpoint(glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt"))[0])
+        assert all(torch.isfinite(weights).all() for weights in checkpoint["model"].values())
+        steps.append(checkpoint["global_step"])
+    assert steps == sorted(steps) and steps[-1] > steps[0]  # each start resumed the same run and went on
