@@ -223,7 +223,8 @@ def make_envs(args, num_envs, video_folder, film_first=None):
         # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video, video_folder, film_first) for i in range(num_envs)])
     except (gym.error.Error, TypeError, ValueError) as e:  # an unknown id, or keyword arguments it does not take
-        fail(f"cannot make env '{args.env_id}' with --env-kwargs '{args.env_kwargs}': {e}" if args.env_kwargs != "{}" else f"cannot make env '{args.env_id}': {e}")
+        with_kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
+        fail(f"cannot make env '{args.env_id}'{with_kwargs}: {e}")
     if not isinstance(envs.single_action_space, gym.spaces.Discrete):
         fail(f"{args.env_id} has a {type(envs.single_action_space).__name__} action space; ppo_discrete.py needs Discrete (use ppo_continuous.py)")
     return gym.wrappers.vector.RecordEpisodeStatistics(envs)

@@ -255,7 +255,8 @@ def make_envs(args, num_envs, video_folder, mode, film_first=None):
         else:
             envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     except (gym.error.Error, TypeError, ValueError) as e:  # an unknown id, or keyword arguments it does not take
-        fail(f"cannot make env '{args.env_id}' with --env-kwargs '{args.env_kwargs}': {e}" if args.env_kwargs != "{}" else f"cannot make env '{args.env_id}': {e}")
+        with_kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
+        fail(f"cannot make env '{args.env_id}'{with_kwargs}: {e}")
     if not isinstance(envs.single_action_space, (gym.spaces.Discrete, gym.spaces.Box)):
         envs.close()
         fail(f"{args.env_id} has a {type(envs.single_action_space).__name__} action space; this script takes Discrete or Box")
