@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, fields
@@ -132,11 +133,6 @@ def fail(message):
 
 
 def check_args(args):
-    if ":" not in args.env_id:  # an unknown id is named before any complaint about sizes (module:Name ids are checked at make)
-        try:
-            gym.spec(args.env_id)
-        except gym.error.Error as e:
-            fail(f"cannot make env '{args.env_id}': {e}")
     for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
         if isinstance(value, float) and not math.isfinite(value):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
@@ -146,6 +142,7 @@ def check_args(args):
         fail(f"--env-kwargs is not valid JSON ({e}): {args.env_kwargs}")
     if not isinstance(env_kwargs, dict):
         fail(f"--env-kwargs must be a JSON object such as '{{\"is_slippery\": false}}', got {args.env_kwargs}")
+    check_env(args, env_kwargs)  # the env's own problems are named before any complaint about sizes
     if not 0 <= args.seed < 2**63:
         fail(f"--seed must lie in [0, 2**63), got {args.seed}")
     positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes", "eval_max_steps", "hidden_size"]
@@ -243,28 +240,36 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
     return thunk
 
 
+
+def check_env(args, env_kwargs):
+    """Make one env before training: an unknown id, keyword arguments it does not take and spaces this
+    script cannot train get one line, and the sub-environments are made only once these pass."""
+    try:
+        env = make_env(args.env_id, env_kwargs, 0, False, None)()
+    except (gym.error.Error, TypeError, ValueError) as e:
+        with_kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
+        fail(f"cannot make env '{args.env_id}'{with_kwargs}: {e}")
+    action_space, observation_space = env.action_space, env.observation_space
+    env.close()
+    if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.Box)):
+        fail(f"{args.env_id} has a {type(action_space).__name__} action space; this script takes Discrete or Box")
+    if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) != 1:
+        fail(f"{args.env_id} has Box actions of shape {action_space.shape}; this script takes one-dimensional ones "
+             "(reshape them in a wrapper, e.g. gym.wrappers.TransformAction)")
+    if not isinstance(observation_space, gym.spaces.Box):
+        fail(f"{args.env_id} has a {type(observation_space).__name__} observation space; this script needs one that flattens into a vector")
+
+
 def make_envs(args, num_envs, video_folder, mode, film_first=None):
     if args.capture_video and "MUJOCO_GL" not in os.environ and not os.environ.get("DISPLAY"):
         os.environ["MUJOCO_GL"] = "egl"  # render MuJoCo without a display
     if args.capture_video and not os.environ.get("XDG_RUNTIME_DIR"):
         os.environ["XDG_RUNTIME_DIR"] = tempfile.gettempdir()  # else pygame's renderer prints "error: XDG_RUNTIME_DIR is invalid"
     env_fns = [make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video, video_folder, film_first) for i in range(num_envs)]
-    try:  # detail 1: vectorized architecture, here with SAME_STEP autoreset
-        if mode == "async":
-            envs = gym.vector.AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
-        else:
-            envs = gym.vector.SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
-    except (gym.error.Error, TypeError, ValueError) as e:  # an unknown id, or keyword arguments it does not take
-        with_kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
-        fail(f"cannot make env '{args.env_id}'{with_kwargs}: {e}")
-    if not isinstance(envs.single_action_space, (gym.spaces.Discrete, gym.spaces.Box)):
-        envs.close()
-        fail(f"{args.env_id} has a {type(envs.single_action_space).__name__} action space; this script takes Discrete or Box")
-    if isinstance(envs.single_action_space, gym.spaces.Box) and len(envs.single_action_space.shape) != 1:
-        envs.close()
-        fail(f"{args.env_id} has Box actions of shape {envs.single_action_space.shape}; this script takes one-dimensional ones "
-             "(reshape them in a wrapper, e.g. gym.wrappers.TransformAction)")
-    return envs
+    # detail 1: vectorized architecture, here with SAME_STEP autoreset
+    if mode == "async":
+        return gym.vector.AsyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    return gym.vector.SyncVectorEnv(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
 
 
 def close_envs(envs, failed):
@@ -480,10 +485,11 @@ def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iterati
     try:
         torch.save(checkpoint, tmp_path)
         os.replace(tmp_path, path)  # atomic: the previous checkpoint stays whole until the new one is complete
-    except OSError as e:  # a full disk, a folder that cannot be written
+    except (OSError, RuntimeError) as e:  # a folder that cannot be written; a full disk (torch.save raises RuntimeError)
         if os.path.exists(tmp_path):
             os.remove(tmp_path)
-        fail(f"cannot write checkpoint {path}: {e.strerror or e}; the previous checkpoint, if any, is intact")
+        reason = getattr(e, "strerror", None) or "the write failed (is the disk full?)"
+        fail(f"cannot write checkpoint {path}: {reason}; the previous checkpoint, if any, is intact")
 
 
 def print_progress(global_step, total, sps, recent_returns, last_print, final):
@@ -521,7 +527,10 @@ def create_run_dir(base_name):
 def lock_run(run_dir):
     """An exclusive lock on the run folder while this process trains it: a second process gets one line instead of
     writing the same checkpoint and TensorBoard run. The operating system releases it when the process ends."""
-    lock = open(os.path.join(run_dir, "train.lock"), "w")
+    try:
+        lock = open(os.path.join(run_dir, "train.lock"), "w")
+    except OSError as e:
+        fail(f"cannot write in the run folder {run_dir}: {e.strerror or e}")
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -557,14 +566,7 @@ def train(args, checkpoint=None):
     torch.set_num_threads(1)  # a 64-64 MLP runs fastest on one thread; more threads only add overhead
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    try:
-        envs = make_envs(args, args.num_envs, os.path.join("videos", run_name), args.vectorization_mode)
-    except SystemExit:
-        run_lock.close()
-        if not checkpoint:  # a new run whose env cannot be made leaves no empty folder behind
-            os.remove(os.path.join(run_dir, "train.lock"))
-            os.rmdir(run_dir)
-        raise
+    envs = make_envs(args, args.num_envs, os.path.join("videos", run_name), args.vectorization_mode)
     agent = Agent(envs, args.hidden_size, args.init_log_std).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     if checkpoint:
@@ -587,6 +589,8 @@ def train(args, checkpoint=None):
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
                    name=run_name, id=run_name, resume="allow", save_code=True)
     # purge_step: on resume, TensorBoard drops whatever the interrupted run logged after its checkpoint
+    # TensorBoard writes from a thread; a failed write is said once, in one line, by the OSError handler below
+    threading.excepthook = lambda hook: None if isinstance(hook.exc_value, OSError) else threading.__excepthook__(hook)
     writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint else None)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
 
@@ -613,7 +617,7 @@ def train(args, checkpoint=None):
     action_low, action_high = (None, None) if agent.discrete else (envs.single_action_space.low, envs.single_action_space.high)
     every_env = np.ones(args.num_envs, dtype=bool)  # under SAME_STEP every step of every sub-env is a real transition
 
-    iteration, completed_step, envs_failed = start_iteration, global_step, False
+    completed_step, completed_iteration, envs_failed = global_step, start_iteration - 1, False  # where the last complete iteration ended
     try:
         for iteration in range(start_iteration, num_iterations + 1):
             if args.anneal_lr:  # detail 4: learning rate falls linearly to 0 at the last iteration
@@ -686,6 +690,7 @@ def train(args, checkpoint=None):
                     clipfracs.append(stats["clipfrac"])
                 if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                     break
+            completed_step, completed_iteration = global_step, iteration  # the update is done: nothing of it is lost from here
 
             # Logging: the last minibatch's losses (as CleanRL does), clipfrac averaged over the update.
             var_y = b_returns.var().item()
@@ -700,25 +705,33 @@ def train(args, checkpoint=None):
             last_print = print_progress(global_step, total_timesteps, sps, recent_returns, last_print, iteration == num_iterations)
 
             if iteration == num_iterations or stop_signal or (args.checkpoint_interval and iteration % args.checkpoint_interval == 0):
+                writer.flush()  # the TensorBoard events reach the disk with each checkpoint (a failed write surfaces here)
                 save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, global_step, iteration, obs_rms, reward_scaler)
-            completed_step = global_step
             if stop_signal and iteration < num_iterations:  # a signal during the last iteration: the run is finished
                 print(f"\nstopped at step {global_step:,}; checkpoint saved. Resume with: python {sys.argv[0]} --resume {checkpoint_path}")
                 raise SystemExit(128 + stop_signal[0])
     except EnvError as e:  # a sub-env crashed or hung: keep what the run learned up to its last complete iteration
         envs_failed = True
-        save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, completed_step, iteration - 1, obs_rms, reward_scaler)
+        save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, completed_step, completed_iteration, obs_rms, reward_scaler)
         fail(f"{e}; checkpoint of step {completed_step} saved: {checkpoint_path}")
     except FloatingPointError as e:  # caught before the optimizer step: the weights are still finite, so keep them
         if completed_step == start_step:
             fail(f"non-finite {e} at global step {global_step}, in the first iteration of this start: nothing new to save")
-        save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, completed_step, iteration - 1, obs_rms, reward_scaler)
+        save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, completed_step, completed_iteration, obs_rms, reward_scaler)
         fail(f"non-finite {e} at global step {global_step}; checkpoint of the last complete iteration (step {completed_step}) saved: {checkpoint_path}")
+    except OSError as e:  # TensorBoard's events could not be written (a full disk): keep what was learned
+        if completed_step > start_step:
+            save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, completed_step, completed_iteration, obs_rms, reward_scaler)
+        saved = f"checkpoint of the last complete iteration (step {completed_step}) saved: {checkpoint_path}" if completed_step > start_step else "nothing new to save"
+        fail(f"cannot write the TensorBoard events in {run_dir}: {e.strerror or e}; {saved}")
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         close_envs(envs, envs_failed)
-        writer.close()
+        try:
+            writer.close()
+        except OSError:  # a failed write was reported above
+            pass
         run_lock.close()
         gym.logger.min_level = gym_log_level
     print(f"done: {global_step:,} steps; checkpoint at {checkpoint_path}")

@@ -82,6 +82,9 @@ for name, observations, actions in (
     ("TupleObservations", gym.spaces.Tuple((BOX2, gym.spaces.Discrete(3))), BOX2),
     ("TextObservations", gym.spaces.Text(5), BOX2),
     ("MatrixActions", BOX2, gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32)),
+    ("MultiBinaryActions", BOX2, gym.spaces.MultiBinary(3)),
+    ("SequenceObservations", gym.spaces.Sequence(BOX2), gym.spaces.Discrete(2)),  # cannot be flattened into one vector
+    ("SequenceObservationsBox", gym.spaces.Sequence(BOX2), BOX2),
 ):
     gym.register(f"test/{name}-v0", entry_point=SpacesEnv, kwargs={"observation_space": observations, "action_space": actions})
 
