@@ -281,3 +281,15 @@ def test_sweep_prunes_a_trial_that_trails_the_earlier_ones(tmp_path):
     output, _ = process.communicate(timeout=120)
     assert process.returncode == 0 and "trial 5: pruned after 1 runs" in output, output
     assert not (tmp_path / "work" / "s" / "trial_5" / "CartPole-v1__2").exists()  # its second seed never ran
+
+
+@pytest.mark.parametrize("script", ["ppo_discrete.py", "ppo_continuous.py", "ppo_vector_sameStep.py"])
+def test_breakdown_splits_the_whole_run_into_its_phases(script, tmp_path):
+    output = tool("breakdown.py", script, "--total-timesteps", "2048", "--num-envs", "2", "--num-steps", "256", cwd=tmp_path).communicate(timeout=300)[0]
+    assert "4 iterations under cProfile" in output, output
+    rows = {line[:40].strip(): line[40:].split() for line in output.splitlines() if line.endswith("%")}
+    assert list(rows) == ["startup: imports, env, network", "env steps", "policy in the rollout", "normalization and reward scaling",
+                          "values and GAE", "update", "TensorBoard and checkpoints", "the rest of the loop"]
+    for phase in ("env steps", "policy in the rollout", "values and GAE", "update"):
+        assert float(rows[phase][0]) > 0, phase  # found where train() calls it
+    assert abs(sum(float(row[-1].rstrip("%")) for row in rows.values()) - 100) < 0.5
