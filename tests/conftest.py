@@ -11,6 +11,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+import ppo_continuous  # noqa: E402
+import ppo_discrete  # noqa: E402
+import ppo_vector_sameStep  # noqa: E402
 
 
 class ConstantRewardEnv(gym.Env):
@@ -118,6 +121,19 @@ SHORT_RUNS = {
 def short_args(ppo, **overrides):
     """Settings for a run of 1024 steps in two iterations, with a checkpoint after each."""
     return ppo.Args(**{"total_timesteps": 1024, "checkpoint_interval": 1, "cuda": False, **SHORT_RUNS[ppo.__name__], **overrides})
+
+
+@pytest.fixture(scope="session")
+def checkpoints_of_each_script(tmp_path_factory):
+    """{script module name: the checkpoint of a 512-step run of that script}, made once for all tests."""
+    folder = tmp_path_factory.mktemp("checkpoints")
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        return {ppo.__name__: os.path.abspath(ppo.train(short_args(ppo, total_timesteps=512)))
+                for ppo in (ppo_discrete, ppo_continuous, ppo_vector_sameStep)}
+    finally:
+        os.chdir(cwd)
 
 
 @pytest.fixture

@@ -327,19 +327,6 @@ def test_same_seed_gives_identical_losses_and_weights(ppo, in_tmp):
         assert torch.equal(model_a[name], model_b[name])
 
 
-@pytest.fixture(scope="module")
-def checkpoints_of_each_script(tmp_path_factory):
-    """{script module name: path of a short run's checkpoint}."""
-    folder = tmp_path_factory.mktemp("checkpoints")
-    cwd = os.getcwd()
-    os.chdir(folder)
-    try:
-        return {ppo.__name__: os.path.abspath(ppo.train(short_args(ppo, total_timesteps=512)))
-                for ppo in (ppo_discrete, ppo_continuous, ppo_vector_sameStep)}
-    finally:
-        os.chdir(cwd)
-
-
 def test_a_checkpoint_written_before_scripts_were_recorded_is_still_told_apart(checkpoints_of_each_script, tmp_path):
     """ppo_continuous.py and ppo_vector_sameStep.py save the same keys; without the script's name, the network tells."""
     checkpoint = torch.load(checkpoints_of_each_script["ppo_continuous"], weights_only=True)

@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 import pytest
 import torch
-from conftest import ROOT, SHORT_RUNS, constructed_env_id, run_script, short_args
+from conftest import ROOT, SHORT_RUNS, constructed_env_id, run_script
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
@@ -191,19 +191,7 @@ def fill_in(text, ppo):
     return text.replace("{wrong-actions}", WRONG_ACTIONS[ppo.__name__]).replace("{other-env}", OTHER_ENV[ppo.__name__])
 
 
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory):
-    """{script module name: a checkpoint of a 512-step run of that script}."""
-    folder = tmp_path_factory.mktemp("checkpoints")
-    cwd = os.getcwd()
-    os.chdir(folder)
-    try:
-        return {ppo.__name__: os.path.abspath(ppo.train(short_args(ppo, total_timesteps=512))) for ppo in ALL}
-    finally:
-        os.chdir(cwd)
-
-
-def checkpoint_file(kind, ppo, checkpoints):
+def checkpoint_file(kind, ppo, checkpoints_of_each_script):
     """The file a checkpoint case passes, made in the current folder."""
     name = kind[0]
     if name == "missing":
@@ -217,11 +205,11 @@ def checkpoint_file(kind, ppo, checkpoints):
         return f"{name}.pt"
     if name == "damaged":
         _, part, key, value = kind
-        checkpoint = torch.load(checkpoints[ppo.__name__], weights_only=True)
+        checkpoint = torch.load(checkpoints_of_each_script[ppo.__name__], weights_only=True)
         (checkpoint[part] if part else checkpoint)[key] = value
         torch.save(checkpoint, "damaged.pt")
         return "damaged.pt"
-    source = checkpoints[kind[1].__name__ if name == "of" else ppo.__name__]
+    source = checkpoints_of_each_script[kind[1].__name__ if name == "of" else ppo.__name__]
     os.makedirs("runs/own")  # a copy in a run folder of this test's own: resuming writes there
     shutil.copy(source, "runs/own/checkpoint.pt")
     return "runs/own/checkpoint.pt"
@@ -247,10 +235,10 @@ CASES = [(ppo, fault, flag) for fault in FAULTS for ppo in fault.scripts
 
 @pytest.mark.parametrize("ppo, fault, checkpoint_flag", CASES,
                          ids=[f"{ppo.__name__}: {fault.name}{' ' + flag if flag else ''}" for ppo, fault, flag in CASES])
-def test_fault(ppo, fault, checkpoint_flag, checkpoints, in_tmp, monkeypatch, capsys):
+def test_fault(ppo, fault, checkpoint_flag, checkpoints_of_each_script, in_tmp, monkeypatch, capsys):
     flags = [fill_in(flag, ppo) for flag in fault.flags]
     if fault.checkpoint:
-        argv = [checkpoint_flag, checkpoint_file(fault.checkpoint, ppo, checkpoints), *flags]
+        argv = [checkpoint_flag, checkpoint_file(fault.checkpoint, ppo, checkpoints_of_each_script), *flags]
     else:
         argv = short_flags(ppo) + flags
     before = checkpoints_on_disk()
