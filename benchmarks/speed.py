@@ -54,11 +54,6 @@ CASES = {
         "ppo_continuous.py": ["ppo_continuous.py", *HUMANOID],
         "SB3": [SB3, "--humanoid"],
     }),
-    # the HUMANOID settings with the loss compiled (--compile) against eager, both in ppo_continuous.py
-    "humanoid-compile": ("Humanoid-v5", {
-        "--compile": ["ppo_continuous.py", *HUMANOID, "--compile"],
-        "eager": ["ppo_continuous.py", *HUMANOID],
-    }),
     # the HUMANOID settings with the 8 sub-envs in worker processes (async) against one process
     "humanoid-tuned-vector": ("Humanoid-v5", {
         "ppo_vector_sameStep.py (async)": ["ppo_vector_sameStep.py", *HUMANOID, "--vectorization-mode", "async"],
