@@ -48,9 +48,6 @@ class Args:
     """if toggled, sets `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = True
     """if toggled, use the GPU when there is one (falls back to the CPU otherwise)"""
-    compile: bool = False
-    """if toggled, the loss is compiled with torch.compile: the update runs faster after about 30 s of compiling
-    (pays off in long runs; results differ from the eager run's in the last bits, so the runs diverge)"""
     track: bool = False
     """if toggled, also log to Weights and Biases (needs `pip install wandb`)"""
     wandb_project_name: str = "ppo-single-file"
@@ -585,7 +582,6 @@ def train(args, checkpoint=None):
     action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
     next_done = np.zeros(args.num_envs, dtype=np.float32)
 
-    loss_function = torch.compile(ppo_loss) if args.compile else ppo_loss  # compiled at its first call
     completed_step, completed_iteration = global_step, start_iteration - 1  # where the last complete iteration ended
     try:
         for iteration in range(start_iteration, num_iterations + 1):
@@ -644,7 +640,7 @@ def train(args, checkpoint=None):
             for epoch in range(args.update_epochs):
                 # detail 6: a fresh shuffle each epoch; the minibatches together cover the whole batch
                 for mb in torch.randperm(len(b_obs), device=device).tensor_split(args.num_minibatches):
-                    loss, stats = loss_function(agent, b_obs[mb], b_actions[mb], b_logprobs[mb], b_advantages[mb], b_returns[mb], b_values[mb], args)
+                    loss, stats = ppo_loss(agent, b_obs[mb], b_actions[mb], b_logprobs[mb], b_advantages[mb], b_returns[mb], b_values[mb], args)
                     if not torch.isfinite(loss):
                         raise FloatingPointError("loss")
                     optimizer.zero_grad()

@@ -2,7 +2,6 @@
 
 import glob
 import os
-import shutil
 from types import SimpleNamespace
 
 import gymnasium as gym
@@ -141,32 +140,3 @@ def test_pendulum_learns(in_tmp):
     returns = [value for _, value in scalars(os.path.dirname(path))["charts/episodic_return"]]
     assert np.mean(returns[-20:]) > -900  # seed 1 (this test) reaches -615 here, seed 2 -674
 
-
-
-@pytest.mark.skipif(not shutil.which("cc") and not shutil.which("gcc"), reason="torch.compile on the CPU needs a C compiler")
-def test_compiled_loss_matches_the_eager_loss_and_its_gradients():
-    envs = SimpleNamespace(single_observation_space=gym.spaces.Box(-1, 1, (11,), np.float32),
-                           single_action_space=gym.spaces.Box(-1, 1, (3,), np.float32))
-    torch.manual_seed(0)
-    agent, args = ppo.Agent(envs), ppo.Args(clip_vloss=False)
-    obs, actions = torch.randn(64, 11), torch.randn(64, 3)
-    with torch.no_grad():
-        _, logprobs, _, values = agent.get_action_and_value(obs, actions)
-    batch = (obs, actions, logprobs + 0.1 * torch.randn(64), torch.randn(64), torch.randn(64), values.view(-1))
-    results = []
-    for loss_function in (ppo.ppo_loss, torch.compile(ppo.ppo_loss)):
-        agent.zero_grad()
-        loss, stats = loss_function(agent, *batch, args)
-        loss.backward()
-        results.append((loss.item(), stats["clipfrac"].item(), [p.grad.clone() for p in agent.parameters()]))
-    (eager_loss, eager_clipfrac, eager_grads), (compiled_loss, compiled_clipfrac, compiled_grads) = results
-    assert compiled_loss == pytest.approx(eager_loss, rel=1e-5) and compiled_clipfrac == eager_clipfrac
-    for eager, compiled in zip(eager_grads, compiled_grads):
-        torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-6)
-
-
-def test_the_compile_flag_compiles_the_loss_the_update_uses(in_tmp, monkeypatch):
-    compiled = []
-    monkeypatch.setattr(torch, "compile", lambda function: compiled.append(function) or function)  # no compiling: just see what is
-    path = ppo.train(short_args(ppo, compile=True, total_timesteps=512))
-    assert compiled == [ppo.ppo_loss] and ppo.load_checkpoint(path)["args"]["compile"]
