@@ -240,7 +240,6 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
     return thunk
 
 
-
 def check_env(args, env_kwargs):
     """Make one env before training: an unknown id, keyword arguments it does not take and spaces this
     script cannot train get one line, and the sub-environments are made only once these pass."""
@@ -588,9 +587,9 @@ def train(args, checkpoint=None):
             fail("--track needs wandb: pip install wandb")
         wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
                    name=run_name, id=run_name, resume="allow", save_code=True)
-    # purge_step: on resume, TensorBoard drops whatever the interrupted run logged after its checkpoint
     # TensorBoard writes from a thread; a failed write is said once, in one line, by the OSError handler below
     threading.excepthook = lambda hook: None if isinstance(hook.exc_value, OSError) else threading.__excepthook__(hook)
+    # purge_step: on resume, TensorBoard drops whatever the interrupted run logged after its checkpoint
     writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint else None)
     writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
 
