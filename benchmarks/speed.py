@@ -4,7 +4,8 @@ identical settings, async against sync sub-environments, or two settings of one 
 Each run is a separate process, timed from start to exit (imports, env creation and the whole
 training), and the two contenders alternate (A B A B ...) so that drift of a shared machine hits
 both alike. Prints steps per second for every run, the medians and the ratio A/B; `--env-alone` also
-times the case's vector env stepping random actions with no learner, as the ceiling.
+times the case's vector env stepping random actions with no learner, as the ceiling, once in every
+repeat right after the contenders (so it drifts with them), and gives A's speed as a share of it.
 
     pip install -r requirements.txt -r benchmarks/requirements.txt
     python benchmarks/speed.py --case cartpole --total-timesteps 500000 --repeats 3
@@ -96,21 +97,26 @@ def main():
     env_id, contenders = CASES[cli.case]
     common = ["--env-id", env_id, "--total-timesteps", str(cli.total_timesteps), "--seed", str(cli.seed)]
     sps = {name: [] for name in contenders}
+    alone = []  # the env alone, measured in every repeat right after the contenders
+    name_a, (script_a, *flags_a) = next(iter(contenders.items()))
+    num_envs = int(flags_a[flags_a.index("--num-envs") + 1]) if "--num-envs" in flags_a else 1
     with tempfile.TemporaryDirectory() as workdir:  # runs/ of the timed runs go here, not into the repository
         for repeat in range(cli.repeats):
             for name, (script, *flags) in contenders.items():
                 elapsed = timed_run([os.path.join(ROOT, script), *flags, *common], workdir)
                 sps[name].append(cli.total_timesteps / elapsed)
                 print(f"{env_id} repeat {repeat + 1} {name}: {elapsed:.1f} s, {sps[name][-1]:,.0f} SPS", flush=True)
+            if cli.env_alone:
+                alone.append(env_alone_sps(env_id, num_envs, min(cli.total_timesteps, 50000), cli.seed))
+                print(f"{env_id} repeat {repeat + 1} env alone: {alone[-1]:,.0f} SPS, {name_a} at {sps[name_a][-1] / alone[-1]:.0%} of it", flush=True)
     (name_a, sps_a), (name_b, sps_b) = ((name, statistics.median(values)) for name, values in sps.items())
     print(f"{env_id}: {name_a} {sps_a:,.0f} SPS, {name_b} {sps_b:,.0f} SPS (medians of {cli.repeats}), "
           f"ratio {sps_a / sps_b:.2f}x, {os.cpu_count()} cores")
     if cli.env_alone:
-        script_a, *flags_a = contenders[name_a]
-        num_envs = int(flags_a[flags_a.index("--num-envs") + 1]) if "--num-envs" in flags_a else 1
-        alone = env_alone_sps(env_id, num_envs, min(cli.total_timesteps, 50000), cli.seed)
-        print(f"{env_id}: env alone ({num_envs} sub-envs, one process) with random actions {alone:,.0f} SPS; "
-              f"{name_a} runs at {sps_a / alone:.0%} of it")
+        shares = [a / e for a, e in zip(sps[name_a], alone)]
+        print(f"{env_id}: env alone ({num_envs} sub-envs, one process) with random actions {statistics.median(alone):,.0f} SPS "
+              f"(median of {cli.repeats}); {name_a} runs at {sps_a / statistics.median(alone):.0%} of it "
+              f"(per repeat: {min(shares):.0%} to {max(shares):.0%})")
 
 
 if __name__ == "__main__":
