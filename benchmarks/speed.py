@@ -98,7 +98,7 @@ def main():
     common = ["--env-id", env_id, "--total-timesteps", str(cli.total_timesteps), "--seed", str(cli.seed)]
     sps = {name: [] for name in contenders}
     alone = []  # the env alone, measured in every repeat right after the contenders
-    name_a, (script_a, *flags_a) = next(iter(contenders.items()))
+    name_a, (_, *flags_a) = next(iter(contenders.items()))
     num_envs = int(flags_a[flags_a.index("--num-envs") + 1]) if "--num-envs" in flags_a else 1
     with tempfile.TemporaryDirectory() as workdir:  # runs/ of the timed runs go here, not into the repository
         for repeat in range(cli.repeats):
