@@ -232,9 +232,11 @@ def check_env(args, env_kwargs):
     script cannot train get one line, and the sub-environments are made only once these pass."""
     try:
         env = make_env(args.env_id, env_kwargs, 0, False, None)()
-    except (gym.error.Error, TypeError, ValueError) as e:
+    except Exception as e:  # an unknown id, arguments the env does not take, a simulator or renderer that does not load
         with_kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
-        fail(f"cannot make env '{args.env_id}'{with_kwargs}: {e}")
+        bad_input = isinstance(e, (gym.error.Error, TypeError, ValueError))  # else the env's own code failed, e.g. its renderer
+        renderer = f"; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?" if "MUJOCO_GL" in os.environ and not bad_input else ""
+        fail(f"cannot make env '{args.env_id}'{with_kwargs}: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}{renderer}")
     action_space, observation_space = env.action_space, env.observation_space
     env.close()
     if not isinstance(action_space, gym.spaces.Box):
@@ -457,8 +459,16 @@ def print_progress(global_step, total, sps, recent_returns, last_print, final):
     done = int(30 * global_step / total)
     mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
     line = f"[{'#' * done}{'.' * (30 - done)}] {global_step:,}/{total:,} steps | {sps:,} SPS | return {mean_return} (last {len(recent_returns)})"
-    print(f"\r{line}" if interactive else line, end="\n" if final or not interactive else "", flush=True)
+    try:
+        print(f"\r{line}" if interactive else line, end="\n" if final or not interactive else "", flush=True)
+    except BrokenPipeError:  # the reader of the progress lines went away (`| head`): train on without them
+        silence_stdout()
     return now
+
+
+def silence_stdout():
+    """Point stdout at /dev/null, so that later prints and the flush at exit find no closed pipe."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 class EnvError(Exception):
@@ -741,6 +751,9 @@ def main():
             train(args, checkpoint)
     except KeyboardInterrupt:  # Ctrl-C before training started (during training it saves a checkpoint instead)
         raise SystemExit("interrupted")
+    except BrokenPipeError:  # the reader of the output went away (`--help | head`): stop quietly, as shell tools do
+        silence_stdout()
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

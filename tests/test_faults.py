@@ -123,6 +123,11 @@ FAULTS = [
           ("--env-kwargs", '{"no_such_option": 1}')),
     # unknown envs and spaces a script cannot train, named before any complaint about sizes
     Fault("unknown env", r"cannot make env 'NoSuchEnv-v0'", ("--env-id", "NoSuchEnv-v0")),
+    Fault("env whose renderer does not load", r"cannot make env 'test/BrokenRenderer-v0': AttributeError: .*eglQueryString'; "
+          r"MUJOCO_GL=egl is set: can this machine render that way\?", ("--env-id", "test/BrokenRenderer-v0"),
+          fault=lambda patch: patch.setenv("MUJOCO_GL", "egl")),
+    Fault("unknown env, MUJOCO_GL set", r"cannot make env 'NoSuchEnv-v0': NameNotFound: [^;]*$", ("--env-id", "NoSuchEnv-v0"),
+          fault=lambda patch: patch.setenv("MUJOCO_GL", "egl")),  # a typo gets no hint about rendering
     Fault("unknown env and bad sizes", r"cannot make env 'NoSuchEnv-v0'", ("--env-id", "NoSuchEnv-v0", "--num-minibatches", "7")),
     Fault("wrong action space", r"has a (Box|Discrete|MultiBinary) action space; "
           r"(ppo_discrete.py needs Discrete \(use ppo_continuous.py\)|ppo_continuous.py needs Box \(use ppo_discrete.py\)|this script takes Discrete or Box)",
@@ -277,6 +282,21 @@ def test_a_real_process_exits_1_with_the_message_as_its_last_line(ppo, tmp_path)
     result = run_script(f"{ppo.__name__}.py", "--env-id", WRONG_ACTIONS[ppo.__name__], "--num-minibatches", "7", cwd=tmp_path)
     assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.splitlines()[-1].startswith("error: ") and len(result.stderr.splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_a_closed_output_pipe_ends_help_quietly_and_lets_training_finish(ppo, tmp_path):
+    """`python <script> --help | head` and `python <script> | head`: the reader of stdout goes away. Help ends with
+    status 1 and no traceback; a run trains on without its progress lines and saves its checkpoint."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # from now on every write to the pipe fails with EPIPE (BrokenPipeError in Python)
+    script = [sys.executable, os.path.join(ROOT, f"{ppo.__name__}.py")]
+    help_run = subprocess.run([*script, "--help"], stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=60)
+    training = subprocess.run([*script, *short_flags(ppo)], stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=120)
+    os.close(write_end)
+    assert (help_run.returncode, help_run.stderr) == (1, "")
+    assert (training.returncode, training.stderr) == (0, "")
+    assert ppo.load_checkpoint(glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt"))[0])["global_step"] == 1024
 
 
 # Spaces that are not one flat Box but flatten into one: these train.
