@@ -106,13 +106,13 @@ gym.register("test/CrashingBox-v0", entry_point=ConstantRewardEnv, max_episode_s
 gym.register("test/Hanging-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"hang_at": 300})
 
 
-
 def broken_renderer():
     """What `import mujoco` raises with MUJOCO_GL=egl on a machine without libEGL."""
     raise AttributeError("'NoneType' object has no attribute 'eglQueryString'")
 
 
 gym.register("test/BrokenRenderer-v0", entry_point=broken_renderer)
+
 
 def constructed_env_id(ppo, name):
     """The constructed env `name` with the action space that script `ppo` takes."""

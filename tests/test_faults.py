@@ -75,6 +75,11 @@ def runs_is_a_file(monkeypatch):
         f.write("a file where the folder should be")
 
 
+def mujoco_gl_egl(monkeypatch):
+    """MUJOCO_GL=egl in the environment (headless MuJoCo rendering)."""
+    monkeypatch.setenv("MUJOCO_GL", "egl")
+
+
 def run_folder_not_writable(monkeypatch):
     os.mkdir("runs/own/train.lock")  # the lock file cannot be opened for writing
 
@@ -125,9 +130,9 @@ FAULTS = [
     Fault("unknown env", r"cannot make env 'NoSuchEnv-v0'", ("--env-id", "NoSuchEnv-v0")),
     Fault("env whose renderer does not load", r"cannot make env 'test/BrokenRenderer-v0': AttributeError: .*eglQueryString'; "
           r"MUJOCO_GL=egl is set: can this machine render that way\?", ("--env-id", "test/BrokenRenderer-v0"),
-          fault=lambda patch: patch.setenv("MUJOCO_GL", "egl")),
+          fault=mujoco_gl_egl),
     Fault("unknown env, MUJOCO_GL set", r"cannot make env 'NoSuchEnv-v0': NameNotFound: [^;]*$", ("--env-id", "NoSuchEnv-v0"),
-          fault=lambda patch: patch.setenv("MUJOCO_GL", "egl")),  # a typo gets no hint about rendering
+          fault=mujoco_gl_egl),  # a typo gets no hint about rendering
     Fault("unknown env and bad sizes", r"cannot make env 'NoSuchEnv-v0'", ("--env-id", "NoSuchEnv-v0", "--num-minibatches", "7")),
     Fault("wrong action space", r"has a (Box|Discrete|MultiBinary) action space; "
           r"(ppo_discrete.py needs Discrete \(use ppo_continuous.py\)|ppo_continuous.py needs Box \(use ppo_discrete.py\)|this script takes Discrete or Box)",
