@@ -49,7 +49,7 @@ if __name__ == "__main__":
         clip_range=0.2,
         clip_range_vf=config["clip_range_vf"],  # ours clips the value loss unless --no-clip-vloss
         ent_coef=config["ent_coef"],
-        vf_coef=0.5,
+        vf_coef=0.5,  # SB3's value loss is the squared error, ours half of it: this weighs it as ours does at --vf-coef 1.0 (HUMANOID)
         max_grad_norm=0.5,
         policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh, log_std_init=config["log_std_init"]),
         device="cpu",

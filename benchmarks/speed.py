@@ -27,7 +27,7 @@ WAITING = "benchmarks.waiting_env:WaitingPendulum-v0"
 NO_CHECKPOINTS = ["--checkpoint-interval", "0"]
 # The README's Humanoid-v5 settings (8 sub-envs x 256 steps).
 HUMANOID = ["--num-envs", "8", "--num-steps", "256", "--num-minibatches", "8", "--update-epochs", "10",
-            "--init-log-std", "-1", "--no-clip-vloss", "--gae-lambda", "0.8", *NO_CHECKPOINTS]
+            "--init-log-std", "-1", "--no-clip-vloss", "--gae-lambda", "0.8", "--vf-coef", "1.0", *NO_CHECKPOINTS]
 
 # case -> (env id, {name: [script, flags...]}) for contenders A and B; every command also gets
 # --env-id, --total-timesteps and --seed. Both sides run the same hyperparameters (our scripts'
