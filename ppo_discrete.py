@@ -3,17 +3,21 @@
     python ppo_discrete.py --env-id CartPole-v1
     tensorboard --logdir runs
 
-The script reads top to bottom in the order the data flows: arguments, environments, agent,
-rollout buffer, rollout, GAE, clipped PPO update, logging, checkpoints. Comments of the form
-"detail N" name the implementation details of "The 37 Implementation Details of PPO"
-(Huang et al., 2022). Episodes run in gymnasium 1.x vector environments with the default
-NEXT_STEP autoreset; the transitions that autoreset creates are masked out of the update.
+PPO in the order the data flows: arguments, environments, agent, GAE, loss, and train() with the
+rollout, GAE and update as visible loops. "detail N" names the implementation details of "The 37
+Implementation Details of PPO" (Huang et al., 2022). Gymnasium 1.x vector envs autoreset NEXT_STEP;
+the rows that autoreset makes are dropped from the update.
+Below the "Run safety" banner: checks, checkpoints, run folder, faults, progress, evaluation.
 """
 
+import contextlib
+import copy
 import fcntl
+import importlib.util
 import json
 import math
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -52,9 +56,9 @@ class Args:
     """if toggled, record videos of env 0 to `videos/` (training) or of every episode (evaluation)"""
 
     env_id: str = "CartPole-v1"
-    """the id of the gymnasium environment (any Discrete action space)"""
+    """the id of the gymnasium environment (any Discrete action space); `module:Id` imports your own module first"""
     env_kwargs: str = "{}"
-    """keyword arguments of gym.make as JSON, e.g. '{"is_slippery": false}' (FrozenLake-v1), '{"continuous": true}' (LunarLander-v3)"""
+    """keyword arguments of gym.make as JSON, e.g. '{"is_slippery": false}' (FrozenLake-v1)"""
     total_timesteps: int = 500000
     """total environment steps of the run (raise it with --resume to extend a run)"""
     learning_rate: float = 2.5e-4
@@ -87,13 +91,15 @@ class Args:
     """the maximum norm of the gradient (global clipping)"""
     target_kl: Optional[float] = None
     """stop the update early when the approximate KL exceeds this (off when None)"""
+    hidden_size: int = 64
+    """the width of the two hidden layers of the actor and of the critic"""
 
     checkpoint_interval: int = 25
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
     resume: Optional[str] = None
     """path of a checkpoint to continue; its settings are used, flags given here override them"""
     eval_checkpoint: Optional[str] = None
-    """path of a checkpoint to evaluate (the most probable action, or see --eval-sample) for `eval_episodes` episodes, then exit"""
+    """path of a checkpoint to evaluate (the likeliest action, or see --eval-sample) for `eval_episodes` episodes"""
     eval_episodes: int = 10
     """the number of episodes of `--eval-checkpoint`"""
     eval_max_steps: int = 100000
@@ -102,106 +108,11 @@ class Args:
     """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically"""
 
 
-CHECKPOINT_KEYS = {"model", "optimizer", "global_step", "iteration", "args", "run_name", "rng_state"}
-
-SCRIPT = "ppo_discrete.py"  # recorded in every checkpoint, so that another script's checkpoint is recognized
-
-
-def fail(message):
-    """Bad input or a run that cannot go on: one clear line, no traceback, non-zero exit."""
-    raise SystemExit(f"error: {message}")
-
-
-def check_args(args):
-    for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
-        if isinstance(value, float) and not math.isfinite(value):
-            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
-    try:
-        env_kwargs = json.loads(args.env_kwargs)
-    except json.JSONDecodeError as e:
-        fail(f"--env-kwargs is not valid JSON ({e}): {args.env_kwargs}")
-    if not isinstance(env_kwargs, dict):
-        fail(f"--env-kwargs must be a JSON object such as '{{\"is_slippery\": false}}', got {args.env_kwargs}")
-    check_env(args, env_kwargs)  # the env's own problems are named before any complaint about sizes
-    if not 0 <= args.seed < 2**63:
-        fail(f"--seed must lie in [0, 2**63), got {args.seed}")
-    positive = ["total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes", "eval_max_steps"]
-    for name in positive:
-        if getattr(args, name) <= 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    batch_size = args.num_envs * args.num_steps
-    if batch_size % args.num_minibatches != 0:
-        fail(f"the batch (num_envs x num_steps = {batch_size}) must divide into --num-minibatches {args.num_minibatches}")
-    if args.total_timesteps < batch_size:
-        fail(f"--total-timesteps {args.total_timesteps} is smaller than one batch ({batch_size} steps)")
-    if batch_size // args.num_minibatches < 2:
-        fail(f"minibatches of {batch_size // args.num_minibatches} row cannot be trained on (advantages are normalized per minibatch): lower --num-minibatches")
-    if not (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0):
-        fail("--gamma and --gae-lambda must lie in [0, 1]")
-    if args.learning_rate <= 0 or args.clip_coef <= 0 or args.checkpoint_interval < 0:
-        fail("--learning-rate and --clip-coef must be positive, --checkpoint-interval not negative")
-    if args.max_grad_norm <= 0 or args.vf_coef < 0:
-        fail(f"--max-grad-norm must be positive and --vf-coef not negative, got {args.max_grad_norm} and {args.vf_coef}")
-    if args.target_kl is not None and args.target_kl <= 0:
-        fail(f"--target-kl must be positive (or left out), got {args.target_kl}")
-
-
-def load_model(agent, checkpoint, env_id):
-    """The checkpoint's weights into the agent; a network of another shape (another env) gets one line."""
-    try:
-        agent.load_state_dict(checkpoint["model"])
-    except RuntimeError as e:
-        detail = [line.strip() for line in str(e).splitlines()[1:]] or [str(e)]
-        fail(f"the checkpoint's network does not fit {env_id}: {detail[0]}")
-
-
-def load_checkpoint(path):
-    if not os.path.isfile(path):
-        fail(f"checkpoint not found: {path}")
-    try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a truncated or foreign file: report it, never a traceback
-        fail(f"cannot read checkpoint {path}: {(str(e).splitlines() or [type(e).__name__])[0]}")
-    if not isinstance(checkpoint, dict):
-        fail(f"{path} is not a checkpoint of {SCRIPT}")
-    owner = checkpoint.get("script", SCRIPT)  # checkpoints written before scripts were recorded pass on to the checks below
-    if owner != SCRIPT:
-        fail(f"{path} is a checkpoint of {owner}, not of {SCRIPT}: use {owner}")
-    if not CHECKPOINT_KEYS <= checkpoint.keys():
-        fail(f"{path} is not a checkpoint of {SCRIPT} (expected keys: {', '.join(sorted(CHECKPOINT_KEYS))})")
-    unknown = set(checkpoint["args"]) - {field.name for field in fields(Args)} if isinstance(checkpoint["args"], dict) else {"?"}
-    if unknown:
-        fail(f"{path} is not a checkpoint of {SCRIPT} (unknown settings: {', '.join(sorted(map(str, unknown)))})")
-    # a damaged file: settings of the wrong type (an int may stand for a float), counters or random state that are not
-    wrong = [field.name for field in fields(Args) if field.name in checkpoint["args"] and field.default is not None
-             and type(checkpoint["args"][field.name]) is not type(field.default)
-             and not (type(field.default) is float and type(checkpoint["args"][field.name]) is int)]
-    wrong += [key for key in ("global_step", "iteration") if type(checkpoint[key]) is not int]
-    wrong += [] if isinstance(checkpoint["rng_state"], torch.Tensor) and checkpoint["rng_state"].dtype == torch.uint8 else ["rng_state"]
-    wrong += [] if isinstance(checkpoint["model"], dict) else ["model"]
-    if wrong:
-        fail(f"{path} is damaged: wrong type of {', '.join(wrong)}")
-    return checkpoint
-
-
-def parse_args():
-    """Command-line flags; with --resume or --eval-checkpoint the checkpoint's settings are the defaults."""
-    args = tyro.cli(Args)
-    checkpoint = None
-    if args.resume or args.eval_checkpoint:
-        checkpoint = load_checkpoint(args.eval_checkpoint or args.resume)
-        evaluation = {"capture_video": False, "eval_sample": False} if args.eval_checkpoint else {}  # not the training run's
-        saved = Args(**{**checkpoint["args"], **evaluation, "resume": args.resume, "eval_checkpoint": args.eval_checkpoint})
-        args = tyro.cli(Args, default=saved)  # parse again: flags given on the command line win
-    check_args(args)
-    return args, checkpoint
-
-
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
     def thunk():
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array", **env_kwargs)
-            # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first film_first episodes
+            # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
             trigger = (lambda episode: episode < film_first) if film_first else None
             env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
         else:
@@ -213,30 +124,14 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
     return thunk
 
 
-def check_env(args, env_kwargs):
-    """Make one env before training: an unknown id, keyword arguments it does not take and spaces this
-    script cannot train get one line, and the sub-environments are made only once these pass."""
-    try:
-        env = make_env(args.env_id, env_kwargs, 0, False, None)()
-    except Exception as e:  # an unknown id, arguments the env does not take, a simulator or renderer that does not load
-        with_kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
-        bad_input = isinstance(e, (gym.error.Error, TypeError, ValueError))  # else the env's own code failed, e.g. its renderer
-        renderer = f"; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?" if "MUJOCO_GL" in os.environ and not bad_input else ""
-        fail(f"cannot make env '{args.env_id}'{with_kwargs}: {type(e).__name__}: {(str(e).splitlines() or [''])[0]}{renderer}")
-    action_space, observation_space = env.action_space, env.observation_space
-    env.close()
-    if not isinstance(action_space, gym.spaces.Discrete):
-        fail(f"{args.env_id} has a {type(action_space).__name__} action space; ppo_discrete.py needs Discrete (use ppo_continuous.py)")
-    if not isinstance(observation_space, gym.spaces.Box):
-        fail(f"{args.env_id} has a {type(observation_space).__name__} observation space; ppo_discrete.py needs one that flattens into a vector")
-
-
 def make_envs(args, num_envs, video_folder, film_first=None):
-    if args.capture_video and not os.environ.get("XDG_RUNTIME_DIR"):
-        os.environ["XDG_RUNTIME_DIR"] = tempfile.gettempdir()  # else pygame's renderer prints "error: XDG_RUNTIME_DIR is invalid"
+    if args.capture_video:
+        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # else pygame says XDG_RUNTIME_DIR is invalid
     # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP
-    envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video, video_folder, film_first) for i in range(num_envs)])
-    return gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    env_fns = [make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video, video_folder, film_first)
+               for i in range(num_envs)]
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(gym.vector.SyncVectorEnv(env_fns))  # raw, unscaled returns
+    return CheckedEnvs(envs)  # run safety (below): the env's exceptions and non-finite numbers get one line
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -246,56 +141,58 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class Agent(nn.Module):
-    def __init__(self, envs):
+    def __init__(self, envs, hidden_size=64):
         super().__init__()
         obs_dim = int(np.prod(envs.single_observation_space.shape))
-        # detail 13: separate actor and critic networks, 64-64 tanh
+        # detail 13: separate actor and critic networks, two tanh layers (64-64 by default)
         self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
+            layer_init(nn.Linear(obs_dim, hidden_size)),
             nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
             nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
+            layer_init(nn.Linear(hidden_size, 1), std=1.0),
         )
         self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, 64)),
+            layer_init(nn.Linear(obs_dim, hidden_size)),
             nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
+            layer_init(nn.Linear(hidden_size, hidden_size)),
             nn.Tanh(),
-            layer_init(nn.Linear(64, envs.single_action_space.n), std=0.01),
+            layer_init(nn.Linear(hidden_size, envs.single_action_space.n), std=0.01),
         )
 
     def get_value(self, x):
         return self.critic(x)
 
     def get_action(self, x, action=None):
-        """The policy at x: an action (sampled unless given), its log-probability, and the log-probabilities of all actions."""
+        """The policy at x: an action (sampled unless given), its log-probability, and the policy's entropy."""
         log_probs = torch.log_softmax(self.actor(x), dim=-1)  # the categorical distribution pi(.|x)
-        if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p (cheaper than torch.multinomial)
+        if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p (cheaper than multinomial)
             action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
-        return action, log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1), log_probs
+        logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+        return action, logprob, -(log_probs.exp() * log_probs).sum(-1)
 
     def get_action_and_value(self, x, action=None):
-        action, logprob, log_probs = self.get_action(x, action)
-        entropy = -(log_probs.exp() * log_probs).sum(-1)
+        action, logprob, entropy = self.get_action(x, action)
         return action, logprob, entropy, self.critic(x)
 
+    def act_deterministic(self, x):
+        """For evaluation: the most probable action."""
+        return self.actor(x).argmax(dim=-1)
 
-def compute_advantages(rewards, values, next_value, terminations, dones, gamma, gae_lambda):
+
+def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
     """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout.
 
-    values[t] is V(obs[t]) and next_value is V of the observation after the last step. Under
-    NEXT_STEP autoreset the observation after a step that ended an episode is that episode's true
-    final observation, so V(obs[t + 1]) is the right bootstrap for a truncation (time limit).
+    values[t] is V(obs[t]); next_values[t] is V of the observation after step t. Under NEXT_STEP
+    autoreset the observation after a step that ended an episode is that episode's true final
+    observation, so next_values[t] = V(obs[t + 1]) is the right bootstrap for a truncation (time limit).
     A termination has no future: no bootstrap. Any episode end stops the recursion, so advantages
     never flow back across episodes. Each column (sub-environment) is its own sequence.
     """
-    num_steps = rewards.shape[0]
     advantages = np.zeros_like(rewards)
-    last_advantage = np.zeros_like(next_value)
-    for t in reversed(range(num_steps)):
-        next_values = next_value if t == num_steps - 1 else values[t + 1]
-        delta = rewards[t] + gamma * next_values * (1.0 - terminations[t]) - values[t]
+    last_advantage = np.zeros(rewards.shape[1], dtype=rewards.dtype)
+    for t in reversed(range(rewards.shape[0])):
+        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
         last_advantage = delta + gamma * gae_lambda * (1.0 - dones[t]) * last_advantage
         advantages[t] = last_advantage
     return advantages
@@ -312,7 +209,7 @@ def real_transitions(valid, *rollout):
 
 
 def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
-    """The clipped PPO loss on one minibatch of real transitions."""
+    """The clipped PPO loss on one minibatch of real transitions, and its statistics (each one logged)."""
     _, new_logprob, entropy, new_value = agent.get_action_and_value(obs, actions)
     new_value = new_value.view(-1)
     logratio = new_logprob - old_logprobs
@@ -347,148 +244,21 @@ def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values,
     return loss, stats
 
 
-def save_checkpoint(path, agent, optimizer, args, run_name, global_step, iteration):
-    checkpoint = {
-        "model": agent.state_dict(),
-        "optimizer": optimizer.state_dict(),
-        "global_step": global_step,
-        "iteration": iteration,
-        "args": asdict(args),
-        "run_name": run_name,
-        "script": SCRIPT,
-        "rng_state": torch.get_rng_state(),
-        "cuda_rng_state": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],  # sampling on a GPU draws from these
-    }
-    tmp_path = f"{path}.{os.getpid()}.tmp"  # one temporary file per process
-    try:
-        torch.save(checkpoint, tmp_path)
-        os.replace(tmp_path, path)  # atomic: the previous checkpoint stays whole until the new one is complete
-    except (OSError, RuntimeError) as e:  # a folder that cannot be written; a full disk (torch.save raises RuntimeError)
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
-        reason = getattr(e, "strerror", None) or "the write failed (is the disk full?)"
-        fail(f"cannot write checkpoint {path}: {reason}; the previous checkpoint, if any, is intact")
-
-
-def print_progress(global_step, total, sps, recent_returns, last_print, final):
-    """A one-line progress bar, redrawn in place on a terminal, a plain line about every 30 s otherwise."""
-    now = time.time()
-    interactive = sys.stdout.isatty()
-    if now - last_print < (0.2 if interactive else 30.0) and not final:
-        return last_print
-    done = int(30 * global_step / total)
-    mean_return = f"{np.mean(recent_returns):.1f}" if recent_returns else "-"
-    line = f"[{'#' * done}{'.' * (30 - done)}] {global_step:,}/{total:,} steps | {sps:,} SPS | return {mean_return} (last {len(recent_returns)})"
-    try:
-        print(f"\r{line}" if interactive else line, end="\n" if final or not interactive else "", flush=True)
-    except BrokenPipeError:  # the reader of the progress lines went away (`| head`): train on without them
-        silence_stdout()
-    return now
-
-
-def silence_stdout():
-    """Point stdout at /dev/null, so that later prints and the flush at exit find no closed pipe."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-
-
-class EnvError(Exception):
-    """The environment raised an exception during a step (its own exception is the __cause__)."""
-
-
-def print_env_error(error):
-    """The env's exception with the frames of its own code (not gymnasium's, not this script's), as Python shows them."""
-    ours = (os.path.dirname(gym.__file__), os.path.abspath(__file__))
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not os.path.abspath(frame.filename).startswith(ours)]
-    print("".join(["\nthe env's error:\n", *traceback.format_list(frames), *traceback.format_exception_only(error)]), end="", file=sys.stderr)
-
-
-def create_run_dir(base_name):
-    """runs/<base_name>, or runs/<base_name>-2, -3, ... if that exists: mkdir is atomic, so two runs
-    started in the same second never share a folder."""
-    try:
-        os.makedirs("runs", exist_ok=True)
-    except OSError as e:
-        fail(f"cannot create the folder runs/ for this run: {e.strerror or e}")
-    name, number = base_name, 1
-    while True:
-        try:
-            os.mkdir(os.path.join("runs", name))
-            return name
-        except FileExistsError:
-            number += 1
-            name = f"{base_name}-{number}"
-        except OSError as e:
-            fail(f"cannot create the run folder runs/{name}: {e.strerror or e}")
-
-
-def lock_run(run_dir):
-    """An exclusive lock on the run folder while this process trains it: a second process gets one line instead of
-    writing the same checkpoint and TensorBoard run. The operating system releases it when the process ends."""
-    try:
-        lock = open(os.path.join(run_dir, "train.lock"), "w")
-    except OSError as e:
-        fail(f"cannot write in the run folder {run_dir}: {e.strerror or e}")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        lock.close()
-        fail(f"another process is training {run_dir}; resume it once that process has stopped")
-    return lock
-
-
 def train(args, checkpoint=None):
-    batch_size = args.num_envs * args.num_steps
-    num_iterations = args.total_timesteps // batch_size
-    env_name = args.env_id.replace("/", "-")  # namespaced ids (ALE/Pong-v5) would otherwise nest folders
-    global_step = checkpoint["global_step"] if checkpoint else 0
-    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
-    if checkpoint and (args.num_envs, args.num_steps) != (checkpoint["args"]["num_envs"], checkpoint["args"]["num_steps"]):
-        fail(f"a resumed run keeps its batch: the checkpoint was trained with --num-envs {checkpoint['args']['num_envs']} "
-             f"--num-steps {checkpoint['args']['num_steps']}")
-    if start_iteration > num_iterations:
-        fail(f"the checkpoint is at step {global_step}: pass a --total-timesteps beyond it to extend the run")
-    total_timesteps = num_iterations * batch_size  # the run takes whole batches
-    if total_timesteps != args.total_timesteps:
-        print(f"note: --total-timesteps {args.total_timesteps:,} is rounded down to whole batches of {batch_size:,}: {total_timesteps:,} steps")
-    if checkpoint:  # a resumed run continues in the folder of its checkpoint, wherever it is started from
-        run_name, run_dir = checkpoint["run_name"], os.path.dirname(args.resume) or "."
-    else:
-        run_name = create_run_dir(f"{env_name}__{args.exp_name}__{args.seed}__{int(time.time())}")
-        run_dir = os.path.join("runs", run_name)
-    run_lock = lock_run(run_dir)
-    checkpoint_path = os.path.join(run_dir, "checkpoint.pt")
-
+    run = Run(args, checkpoint)  # run safety (below): run folder, TensorBoard, checkpoints, signals, faults
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.set_num_threads(1)  # a 64-64 MLP runs fastest on one thread; more threads only add overhead
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    envs = make_envs(args, args.num_envs, os.path.join("videos", run_name))
-    agent = Agent(envs).to(device)
+    envs = make_envs(args, args.num_envs, os.path.join("videos", run.name))
+    agent = Agent(envs, args.hidden_size).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
-    if checkpoint:
-        load_model(agent, checkpoint, args.env_id)
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        torch.set_rng_state(checkpoint["rng_state"])
-        if checkpoint.get("cuda_rng_state") and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(checkpoint["cuda_rng_state"])
-
-    if args.track:
-        try:
-            import wandb
-        except ImportError:
-            fail("--track needs wandb: pip install wandb")
-        wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True, config=asdict(args),
-                   name=run_name, id=run_name, resume="allow", save_code=True)
-    # TensorBoard writes from a thread; a failed write is said once, in one line, by the OSError handler below
-    threading.excepthook = lambda hook: None if isinstance(hook.exc_value, OSError) else threading.__excepthook__(hook)
-    # purge_step: on resume, TensorBoard drops whatever the interrupted run logged after its checkpoint
-    writer = SummaryWriter(run_dir, purge_step=global_step + 1 if checkpoint else None)
-    writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" + "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+    # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
+    state = {"model": agent, "optimizer": optimizer}
 
     # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
-    obs_shape = envs.single_observation_space.shape
-    obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=np.float32)
+    obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=np.float32)
     actions = np.zeros((args.num_steps, args.num_envs), dtype=np.int64)
     logprobs = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
@@ -496,19 +266,14 @@ def train(args, checkpoint=None):
     dones = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     valid = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
 
-    stop_signal = []  # Ctrl-C / SIGTERM: finish the iteration, save, exit
-    handlers = {sig: signal.signal(sig, lambda signum, frame: stop_signal.append(signum)) for sig in (signal.SIGINT, signal.SIGTERM)}
-    recent_returns = deque(maxlen=20)
-    start_time, start_step, last_print = time.time(), global_step, 0.0
-    # A resumed run starts fresh episodes, seeded apart from the original run's first ones.
-    next_obs, _ = envs.reset(seed=args.seed + start_iteration - 1)
-    next_done = np.zeros(args.num_envs, dtype=np.float32)
-
-    completed_step, completed_iteration = global_step, start_iteration - 1  # where the last complete iteration ended
-    try:
-        for iteration in range(start_iteration, num_iterations + 1):
+    with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
+        global_step = run.global_step
+        # A resumed run starts fresh episodes, seeded apart from the original run's first ones.
+        next_obs, _ = envs.reset(seed=args.seed + run.start_iteration - 1)
+        next_done = np.zeros(args.num_envs, dtype=np.float32)
+        for iteration in range(run.start_iteration, run.num_iterations + 1):
             if args.anneal_lr:  # detail 4: learning rate falls linearly to 0 at the last iteration
-                frac = 1.0 - (iteration - 1.0) / num_iterations
+                frac = 1.0 - (iteration - 1.0) / run.num_iterations
                 optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
             # Rollout: num_steps steps in every sub-environment with the current policy.
@@ -523,123 +288,388 @@ def train(args, checkpoint=None):
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = logprob.cpu().numpy()
 
-                try:
-                    next_obs, reward, terminated, truncated, infos = envs.step(actions[step])
-                except Exception as e:  # the env crashed: save what was learned, then show the env's error
-                    raise EnvError() from e
-                if not np.isfinite(next_obs).all() or not np.isfinite(reward).all():
-                    raise FloatingPointError("observation" if not np.isfinite(next_obs).all() else "reward")
+                next_obs, reward, terminated, truncated, infos = envs.step(actions[step])
+                next_done = np.logical_or(terminated, truncated).astype(np.float32)
                 rewards[step] = reward
                 terminations[step] = terminated
-                next_done = np.logical_or(terminated, truncated).astype(np.float32)
                 dones[step] = next_done
-
-                if "episode" in infos:
-                    for i in np.flatnonzero(infos["_episode"]):
-                        recent_returns.append(float(infos["episode"]["r"][i]))
-                        writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
-                        writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+                for i in np.flatnonzero(infos.get("_episode", [])):
+                    run.log_episode(infos["episode"]["r"][i], infos["episode"]["l"][i], global_step)
 
             # The critic is fixed during the rollout, so its values are computed in one batch afterwards:
-            # V(obs[t]) for every row, and V(next_obs) to bootstrap the last step.
+            # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row.
             with torch.no_grad():
-                values = agent.get_value(torch.from_numpy(obs).to(device)).view(args.num_steps, args.num_envs).cpu().numpy()
-                next_value = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).view(-1).cpu().numpy()
-            advantages = compute_advantages(rewards, values, next_value, terminations, dones, args.gamma, args.gae_lambda)
+                values = agent.get_value(torch.from_numpy(obs).to(device)).view(args.num_steps, args.num_envs)
+                next_value = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).view(1, -1)
+            next_values = torch.cat([values[1:], next_value]).cpu().numpy()
+            values = values.cpu().numpy()
+            advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
+                                            args.gae_lambda)
             returns = advantages + values  # detail 5: the value target is advantage + value
 
             # Flatten the rollout into one batch, keeping the real transitions only (autoreset rows dropped).
             b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values = (
-                x.to(device) for x in real_transitions(valid, obs, actions, logprobs, advantages, returns, values)
-            )
+                x.to(device) for x in real_transitions(valid, obs, actions, logprobs, advantages, returns, values))
 
             # Update: update_epochs passes over the batch in shuffled minibatches.
-            clipfracs = []
+            update_stats = []
             for epoch in range(args.update_epochs):
                 # detail 6: a fresh shuffle each epoch; the minibatches together cover the whole batch
                 for mb in torch.randperm(len(b_obs), device=device).tensor_split(args.num_minibatches):
-                    loss, stats = ppo_loss(agent, b_obs[mb], b_actions[mb], b_logprobs[mb], b_advantages[mb], b_returns[mb], b_values[mb], args)
+                    loss, stats = ppo_loss(agent, b_obs[mb], b_actions[mb], b_logprobs[mb], b_advantages[mb],
+                                           b_returns[mb], b_values[mb], args)
                     if not torch.isfinite(loss):
-                        raise FloatingPointError("loss")
+                        raise FloatingPointError("loss")  # the run keeps its last complete iteration
                     optimizer.zero_grad()
                     loss.backward()
                     nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11: global gradient clip
                     optimizer.step()
-                    clipfracs.append(stats["clipfrac"])
+                    update_stats.append(stats)
                 if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                     break
-            completed_step, completed_iteration = global_step, iteration  # the update is done: nothing of it is lost from here
 
-            # Logging: the last minibatch's losses (as CleanRL does), clipfrac averaged over the update.
-            var_y = b_returns.var().item()
-            explained_var = np.nan if var_y == 0 else 1 - (b_returns - b_values).var().item() / var_y
-            sps = int((global_step - start_step) / (time.time() - start_time))
-            writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-            for name in ("value_loss", "policy_loss", "entropy", "old_approx_kl", "approx_kl"):
-                writer.add_scalar(f"losses/{name}", stats[name].item(), global_step)
-            writer.add_scalar("losses/clipfrac", torch.stack(clipfracs).mean().item(), global_step)
-            writer.add_scalar("losses/explained_variance", explained_var, global_step)
-            writer.add_scalar("charts/SPS", sps, global_step)
-            last_print = print_progress(global_step, total_timesteps, sps, recent_returns, last_print, iteration == num_iterations)
+            # Logging: each statistic of the loss averaged over the update's minibatches.
+            losses = {f"losses/{name}": torch.stack([s[name] for s in update_stats]).mean().item() for name in stats}
+            var_y, lr = b_returns.var().item(), optimizer.param_groups[0]["lr"]
+            losses["losses/explained_variance"] = 1 - (b_returns - b_values).var().item() / var_y if var_y else np.nan
+            run.end_iteration(iteration, global_step, {"charts/learning_rate": lr, **losses})
+    return run.checkpoint_path
 
-            if iteration == num_iterations or stop_signal or (args.checkpoint_interval and iteration % args.checkpoint_interval == 0):
-                writer.flush()  # the TensorBoard events reach the disk with each checkpoint (a failed write surfaces here)
-                save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, global_step, iteration)
-            if stop_signal and iteration < num_iterations:  # a signal during the last iteration: the run is finished
-                print(f"\nstopped at step {global_step:,}; checkpoint saved. Resume with: python {sys.argv[0]} --resume {checkpoint_path}")
-                raise SystemExit(128 + stop_signal[0])
-    except EnvError as e:  # keep what the run learned up to its last complete iteration
-        save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, completed_step, completed_iteration)
-        print_env_error(e.__cause__)
-        fail(f"{args.env_id} raised {type(e.__cause__).__name__} at global step {global_step}; checkpoint of the last complete "
-             f"iteration (step {completed_step}) saved. Resume with: python {sys.argv[0]} --resume {checkpoint_path}")
-    except FloatingPointError as e:  # caught before the optimizer step: the weights are still finite, so keep them
-        if completed_step == start_step:
-            fail(f"non-finite {e} at global step {global_step}, in the first iteration of this start: nothing new to save")
-        save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, completed_step, completed_iteration)
-        fail(f"non-finite {e} at global step {global_step}; checkpoint of the last complete iteration (step {completed_step}) saved: {checkpoint_path}")
-    except OSError as e:  # TensorBoard's events could not be written (a full disk): keep what was learned
-        if completed_step > start_step:
-            save_checkpoint(checkpoint_path, agent, optimizer, args, run_name, completed_step, completed_iteration)
-        saved = f"checkpoint of the last complete iteration (step {completed_step}) saved: {checkpoint_path}" if completed_step > start_step else "nothing new to save"
-        fail(f"cannot write the TensorBoard events in {run_dir}: {e.strerror or e}; {saved}")
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-        envs.close()
+
+# ==================== Run safety: nothing below changes what PPO computes ====================
+
+SCRIPT = os.path.basename(__file__)  # recorded in every checkpoint: a copy of this file is a script of its own
+# A checkpoint holds one state_dict per entry of train()'s `state`, and these fields; nothing else is read from it.
+CHECKPOINT_SCHEMA = {"global_step": int, "iteration": int, "args": dict, "run_name": str, "rng_state": torch.Tensor}
+
+
+def fail(message):
+    """Bad input or a run that cannot go on: one clear line, no traceback, non-zero exit."""
+    raise SystemExit(f"error: {message}")
+
+
+def first_line(error):
+    return (str(error).splitlines() or [type(error).__name__])[0]
+
+
+def check_args(args):
+    for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+    try:
+        env_kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as e:
+        fail(f"--env-kwargs is not valid JSON ({e}): {args.env_kwargs}")
+    if not isinstance(env_kwargs, dict):
+        fail(f"--env-kwargs must be a JSON object such as '{{\"is_slippery\": false}}', got {args.env_kwargs}")
+    check_env(args, env_kwargs)  # the env's own problems are named before any complaint about sizes
+    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes",
+                 "eval_max_steps", "hidden_size", "learning_rate", "clip_coef", "max_grad_norm"):
+        if getattr(args, name) <= 0:
+            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
+    batch, minibatches, kl = args.num_envs * args.num_steps, args.num_minibatches, args.target_kl
+    for ok, message in [
+        (0 <= args.seed < 2**63, f"--seed must lie in [0, 2**63), got {args.seed}"),
+        (batch % minibatches == 0, f"the batch (num_envs x num_steps = {batch}) must divide into "
+                                   f"--num-minibatches {minibatches}"),
+        (args.total_timesteps >= batch, f"--total-timesteps {args.total_timesteps} is smaller than one batch "
+                                        f"({batch} steps)"),
+        (batch // minibatches >= 2, f"minibatches of {batch // minibatches} row cannot be trained on "
+                                    "(advantages are normalized per minibatch): lower --num-minibatches"),
+        (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0, "--gamma and --gae-lambda must lie in [0, 1]"),
+        (min(args.vf_coef, args.checkpoint_interval) >= 0, "--vf-coef and --checkpoint-interval must not be negative"),
+        (kl is None or kl > 0, f"--target-kl must be positive (or left out), got {kl}"),
+        (not args.track or importlib.util.find_spec("wandb"), "--track needs wandb: pip install wandb"),
+    ]:
+        if not ok:
+            fail(message)
+
+
+def check_env(args, env_kwargs):
+    """Make one env before training: an unknown id, keyword arguments it does not take and spaces this
+    script cannot train get one line, and the sub-environments are made only once these pass."""
+    try:
+        env = make_env(args.env_id, env_kwargs, 0, False, None)()
+    except Exception as e:  # an unknown id, arguments the env does not take, a simulator or renderer that does not load
+        kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
+        bad_input = isinstance(e, (gym.error.Error, TypeError, ValueError))  # else the env's own code failed
+        hint = (f"; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
+                if "MUJOCO_GL" in os.environ and not bad_input else "")
+        fail(f"cannot make env '{args.env_id}'{kwargs}: {type(e).__name__}: {first_line(e)}{hint}")
+    actions, observations = env.action_space, env.observation_space
+    env.close()
+    if not isinstance(actions, gym.spaces.Discrete):
+        fail(f"{args.env_id} has a {type(actions).__name__} action space; {SCRIPT} needs Discrete "
+             "(use ppo_continuous.py)")
+    if not isinstance(observations, gym.spaces.Box):
+        fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
+             f"{SCRIPT} needs one that flattens into a vector")
+
+
+def load_checkpoint(path):
+    """A checkpoint of this script, checked against CHECKPOINT_SCHEMA and Args; anything else gets one line."""
+    if not os.path.isfile(path):
+        fail(f"checkpoint not found: {path}")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)  # weights_only: data, never code
+    except Exception as e:  # a truncated or foreign file: report it, never a traceback
+        fail(f"cannot read checkpoint {path}: {first_line(e)}")
+    owner = checkpoint.get("script", SCRIPT) if isinstance(checkpoint, dict) else None  # unrecorded in old ones
+    if owner != SCRIPT:
+        fail(f"{path} is a checkpoint of {owner}, not of {SCRIPT}: use {owner}" if owner else
+             f"{path} is not a checkpoint of {SCRIPT}")
+    known = {field.name: field.default for field in fields(Args)}
+    if not CHECKPOINT_SCHEMA.keys() <= checkpoint.keys() or not isinstance(checkpoint["args"], dict):
+        fail(f"{path} is not a checkpoint of {SCRIPT} (expected keys: {', '.join(sorted(CHECKPOINT_SCHEMA))})")
+    if set(checkpoint["args"]) - set(known):
+        fail(f"{path} is not a checkpoint of {SCRIPT} (unknown settings: "
+             f"{', '.join(sorted(map(str, set(checkpoint['args']) - set(known))))})")
+    # damaged: fields, state_dicts (the other entries) or settings of the wrong type (an int may stand for a float)
+    wrong = [key for key, kind in CHECKPOINT_SCHEMA.items() if not isinstance(checkpoint[key], kind)
+             or type(checkpoint[key]) is bool or (kind is torch.Tensor and checkpoint[key].dtype != torch.uint8)]
+    wrong += [key for key, value in checkpoint.items() if key not in CHECKPOINT_SCHEMA and not isinstance(value, dict)
+              and key not in ("script", "cuda_rng_state")]
+    wrong += [name for name, value in checkpoint["args"].items() if known[name] is not None and type(value) is not
+              type(known[name]) and not (type(known[name]) is float and type(value) is int)]
+    if wrong:
+        fail(f"{path} is damaged: wrong type of {', '.join(wrong)}")
+    return checkpoint
+
+
+def restore(checkpoint, state, env_id):
+    """Each object of `state` from its entry in the checkpoint: one line if an entry is missing or does not fit."""
+    for name, obj in state.items():
         try:
-            writer.close()
-        except OSError:  # a failed write was reported above
-            pass
-        run_lock.close()
-    print(f"done: {global_step:,} steps; checkpoint at {checkpoint_path}")
-    return checkpoint_path
+            obj.load_state_dict(checkpoint[name])
+        except Exception as e:  # a network of another shape (another env), or a damaged entry
+            detail = [*str(e).splitlines()[1:], first_line(e)][0].strip()  # torch puts the detail on line 2
+            fail(f"the checkpoint's {name} does not fit {env_id}: {detail}")
+
+
+def parse_args():
+    """Command-line flags; with --resume or --eval-checkpoint the checkpoint's settings are the defaults."""
+    args = tyro.cli(Args)
+    checkpoint = None
+    if args.resume or args.eval_checkpoint:
+        checkpoint = load_checkpoint(args.eval_checkpoint or args.resume)
+        evaluation = {"capture_video": False, "eval_sample": False} if args.eval_checkpoint else {}  # not training's
+        saved = {**checkpoint["args"], **evaluation, "resume": args.resume, "eval_checkpoint": args.eval_checkpoint}
+        args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
+    check_args(args)
+    return args, checkpoint
+
+
+class EnvError(Exception):
+    """The environment raised an exception (its own exception is the __cause__)."""
+
+
+class CheckedEnvs(gym.vector.VectorWrapper):
+    """The env's exceptions become EnvError; non-finite observations or rewards, FloatingPointError."""
+
+    def reset(self, **kwargs):
+        return self.checked(self.env.reset, **kwargs)
+
+    def step(self, actions):
+        return self.checked(self.env.step, actions)
+
+    def checked(self, call, *args, **kwargs):
+        try:
+            result = call(*args, **kwargs)
+        except Exception as e:
+            raise EnvError() from e
+        for name, value in zip(("observation", "reward"), result[:2] if len(result) == 5 else result[:1]):
+            if not np.isfinite(value).all():
+                raise FloatingPointError(name)
+        return result
+
+
+class Run:
+    """One start of a run: its folder (locked), TensorBoard writer, progress, checkpoints, signals, and the one
+    fault rule: whatever stops the run keeps the state of its last complete iteration, saved iff one completed
+    in this start, and one line says what happened."""
+
+    def __init__(self, args, checkpoint):
+        self.args, self.checkpoint, batch = args, checkpoint, args.num_envs * args.num_steps
+        self.num_iterations, self.total_timesteps = args.total_timesteps // batch, args.total_timesteps // batch * batch
+        self.global_step = checkpoint["global_step"] if checkpoint else 0
+        self.start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
+        saved = checkpoint["args"] if checkpoint else asdict(args)
+        if (args.num_envs, args.num_steps) != (saved["num_envs"], saved["num_steps"]):
+            fail(f"a resumed run keeps its batch: the checkpoint was trained with --num-envs {saved['num_envs']} "
+                 f"--num-steps {saved['num_steps']}")
+        if self.start_iteration > self.num_iterations:
+            fail(f"the checkpoint is at step {self.global_step}: pass a --total-timesteps beyond it to extend the run")
+        if self.total_timesteps != args.total_timesteps:  # the run takes whole batches
+            print(f"note: --total-timesteps {args.total_timesteps:,} is rounded down to whole batches of {batch:,}: "
+                  f"{self.total_timesteps:,} steps")
+        self.name, self.dir, self.lock = open_run_folder(args, checkpoint)
+        self.checkpoint_path = os.path.join(self.dir, "checkpoint.pt")
+        self.last_complete, self.recent_returns, self.stop_signal, self.last_print = None, deque(maxlen=20), [], 0.0
+
+    @contextlib.contextmanager
+    def guard(self, envs, state):
+        """Restores `state` on resume, opens TensorBoard and catches signals; on any fault applies the rule."""
+        args, self.state, excepthook = self.args, state, threading.excepthook
+        handlers = {sig: signal.signal(sig, lambda signum, _: self.stop_signal.append(signum))  # finish the iteration,
+                    for sig in (signal.SIGINT, signal.SIGTERM)}  # save, exit
+        # TensorBoard writes from a thread; a failed write is said once, in one line, by fail_with
+        threading.excepthook = lambda hook: isinstance(hook.exc_value, OSError) or threading.__excepthook__(hook)
+        try:
+            if self.checkpoint:
+                restore(self.checkpoint, state, args.env_id)
+                torch.set_rng_state(self.checkpoint["rng_state"])
+                if self.checkpoint.get("cuda_rng_state") and torch.cuda.is_available():
+                    torch.cuda.set_rng_state_all(self.checkpoint["cuda_rng_state"])
+            if args.track:  # before the writer: wandb mirrors TensorBoard's events
+                import wandb
+                wandb.init(project=args.wandb_project_name, entity=args.wandb_entity, sync_tensorboard=True,
+                           config=asdict(args), name=self.name, id=self.name, resume="allow", save_code=True)
+            # purge_step: on resume, TensorBoard drops whatever the interrupted run logged after its checkpoint
+            self.writer = SummaryWriter(self.dir, purge_step=self.global_step + 1 if self.checkpoint else None)
+            self.writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
+                                 "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+            self.start_time, self.start_step = time.time(), self.global_step
+            yield
+        except SystemExit:  # a message already given, a checkpoint already written or refused
+            raise
+        except BaseException as e:
+            self.fail_with(e)
+        finally:
+            threading.excepthook = excepthook
+            for sig, handler in handlers.items():
+                signal.signal(sig, handler)
+            envs.close()
+            with contextlib.suppress(OSError, AttributeError):  # a failed write was reported; or no writer yet
+                self.writer.close()
+            self.lock.close()
+        print(f"done: {self.global_step:,} steps; checkpoint at {self.checkpoint_path}")
+
+    def fail_with(self, error):
+        """The fault rule: save the last complete iteration of this start (if any), then one line."""
+        where, outcome = f"in the iteration after step {self.global_step}", "nothing new to save"
+        if self.last_complete is not None:
+            self.save()
+            outcome = (f"checkpoint of the last complete iteration (step {self.global_step}) saved. "
+                       f"Resume with: python {sys.argv[0]} --resume {self.checkpoint_path}")
+        cause = error.__cause__
+        if isinstance(error, EnvError) and cause:  # the env's own frames (not gymnasium's, not this script's)
+            ours = (os.path.dirname(gym.__file__), os.path.abspath(__file__))
+            frames = [f for f in traceback.extract_tb(cause.__traceback__) if not f.filename.startswith(ours)]
+            lines = traceback.format_list(frames) + traceback.format_exception_only(cause)
+            print("\nthe env's error:\n" + "".join(lines), end="", file=sys.stderr)
+        if isinstance(error, EnvError):
+            what = str(error) or f"raised {type(cause).__name__}: {first_line(cause)}"
+            fail(f"{self.args.env_id} {what} {where}; {outcome}")
+        if isinstance(error, FloatingPointError):
+            fail(f"non-finite {error} {where}; {outcome}")
+        if isinstance(error, OSError):  # TensorBoard's events could not be written (a full disk)
+            fail(f"cannot write the TensorBoard events in {self.dir}: {error.strerror or error}; {outcome}")
+        print(f"\n{SCRIPT} stopped by {type(error).__name__} {where}; {outcome}", file=sys.stderr)
+        raise error  # neither the env's nor the disk's fault: show where it happened
+
+    def log_episode(self, episodic_return, length, global_step):
+        self.recent_returns.append(float(episodic_return))
+        self.writer.add_scalar("charts/episodic_return", episodic_return, global_step)
+        self.writer.add_scalar("charts/episodic_length", length, global_step)
+
+    def end_iteration(self, iteration, global_step, scalars):
+        """Keep this iteration's state, log, show progress, and checkpoint when it is time (or a signal came)."""
+        self.global_step, final, args = global_step, iteration == self.num_iterations, self.args
+        self.last_complete = {name: copy.deepcopy(obj.state_dict()) for name, obj in self.state.items()}
+        self.last_complete.update(global_step=global_step, iteration=iteration, args=asdict(args), run_name=self.name,
+                                  script=SCRIPT, rng_state=torch.get_rng_state(),
+                                  cuda_rng_state=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [])
+        sps = int((global_step - self.start_step) / (time.time() - self.start_time))
+        for tag, value in {**scalars, "charts/SPS": sps}.items():
+            self.writer.add_scalar(tag, value, global_step)
+        self.print_progress(global_step, sps, final)
+        if final or self.stop_signal or (args.checkpoint_interval and iteration % args.checkpoint_interval == 0):
+            self.writer.flush()  # TensorBoard's events reach the disk with each checkpoint (a failed write shows here)
+            self.save()
+        if self.stop_signal and not final:  # a signal during the last iteration: the run is finished
+            print(f"\nstopped at step {global_step:,}; checkpoint saved. "
+                  f"Resume with: python {sys.argv[0]} --resume {self.checkpoint_path}")
+            raise SystemExit(128 + self.stop_signal[0])
+
+    def print_progress(self, global_step, sps, final):
+        """A one-line progress bar, redrawn in place on a terminal, a plain line about every 30 s otherwise."""
+        now, interactive, returns, total = time.time(), sys.stdout.isatty(), self.recent_returns, self.total_timesteps
+        if now - self.last_print < (0.2 if interactive else 30.0) and not final:
+            return
+        self.last_print, bar = now, "#" * int(30 * global_step / total)
+        mean = f"{np.mean(returns):.1f} (last {len(returns)})" if returns else "- (no episode yet)"
+        line = f"[{bar:.<30}] {global_step:,}/{total:,} steps | {sps:,} SPS | return {mean}"
+        try:
+            print(f"\r{line}" if interactive else line, end="\n" if final or not interactive else "", flush=True)
+        except BrokenPipeError:  # the reader of the progress lines went away (`| head`): train on without them
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # later prints find no closed pipe
+
+    def save(self):
+        """Write the last complete iteration atomically: the previous checkpoint stays whole until the new one is."""
+        tmp_path = f"{self.checkpoint_path}.{os.getpid()}.tmp"  # one temporary file per process
+        try:
+            torch.save(self.last_complete, tmp_path)
+            os.replace(tmp_path, self.checkpoint_path)
+        except (OSError, RuntimeError) as e:  # a folder that cannot be written; a full disk (torch.save: RuntimeError)
+            with contextlib.suppress(OSError):
+                os.remove(tmp_path)
+            reason = getattr(e, "strerror", None) or "the write failed (is the disk full?)"
+            fail(f"cannot write checkpoint {self.checkpoint_path}: {reason}; the previous one, if any, is intact")
+
+
+def open_run_folder(args, checkpoint):
+    """(name, folder, lock): a resumed run continues in its checkpoint's folder; a new one gets runs/<name>, or
+    <name>-2, -3, ... if that exists (mkdir is atomic, so two runs started in the same second never share one).
+    The lock is held while this process trains: a second process gets one line instead of writing the same run."""
+    if checkpoint:
+        name, folder = checkpoint["run_name"], os.path.dirname(args.resume) or "."
+    else:
+        base = f"{re.sub(r'[^A-Za-z0-9_.-]', '-', args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        name, number, folder = base, 1, None
+    while folder is None:
+        try:
+            os.makedirs(os.path.join("runs", name))
+            folder = os.path.join("runs", name)
+        except FileExistsError:
+            number += 1
+            name = f"{base}-{number}"
+        except OSError as e:
+            fail(f"cannot create the run folder runs/{name}: {e.strerror or e}")
+    try:
+        lock = open(os.path.join(folder, "train.lock"), "w")
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        lock.close()
+        fail(f"another process is training {folder}; resume it once that process has stopped")
+    except OSError as e:
+        fail(f"cannot write in the run folder {folder}: {e.strerror or e}")
+    return name, folder, lock
 
 
 def evaluate(args, checkpoint):
-    """Run the saved agent greedily (most probable action) for eval_episodes episodes."""
+    """Run the saved agent deterministically (the most probable action)."""
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, film_first=args.eval_episodes)
-    agent = Agent(envs)
-    load_model(agent, checkpoint, args.env_id)
-    episodic_returns, cut_episodes = [], 0
-    episode_return, episode_length = 0.0, 0
+    agent = Agent(envs, args.hidden_size)
+    restore(checkpoint, {"model": agent}, args.env_id)
+    episodic_returns, cut_episodes, episode_return, episode_length = [], 0, 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
     while len(episodic_returns) < args.eval_episodes:
+        obs = torch.as_tensor(next_obs, dtype=torch.float32)
         with torch.no_grad():
-            x = torch.as_tensor(next_obs, dtype=torch.float32)
-            action = agent.get_action(x)[0] if args.eval_sample else agent.actor(x).argmax(dim=-1)
+            action = agent.get_action(obs)[0] if args.eval_sample else agent.act_deterministic(obs)
         next_obs, reward, terminated, truncated, _ = envs.step(action.numpy())
         episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
         if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
             cut_episodes += not (terminated[0] or truncated[0])
             episodic_returns.append(episode_return)
             episode_return, episode_length = 0.0, 0
-            if len(episodic_returns) < args.eval_episodes:  # the next episode starts at once, whatever the autoreset mode
+            if len(episodic_returns) < args.eval_episodes:  # the next episode starts at once, whatever the autoreset
                 next_obs, _ = envs.reset()
     envs.close()
-    print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over {args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "
+    print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over "
+          f"{args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "
           f"{'actions sampled from the policy' if args.eval_sample else 'deterministic policy'}")
     if cut_episodes:
         print(f"{cut_episodes} of them cut at --eval-max-steps {args.eval_max_steps} (the env did not end them)")
@@ -651,14 +681,11 @@ def evaluate(args, checkpoint):
 def main():
     try:
         args, checkpoint = parse_args()
-        if args.eval_checkpoint:
-            evaluate(args, checkpoint)
-        else:
-            train(args, checkpoint)
+        evaluate(args, checkpoint) if args.eval_checkpoint else train(args, checkpoint)
     except KeyboardInterrupt:  # Ctrl-C before training started (during training it saves a checkpoint instead)
         raise SystemExit("interrupted")
     except BrokenPipeError:  # the reader of the output went away (`--help | head`): stop quietly, as shell tools do
-        silence_stdout()
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit finds no closed pipe
         raise SystemExit(1)
 
 

@@ -7,7 +7,8 @@ checkpoints only at the end unless --checkpoint-interval is given). Prints, per 
 iteration and the share of the whole process: startup (imports, env and network creation: outside the
 training loop), env steps (the vector env, its wrappers included), the policy during the rollout,
 observation normalization and reward scaling, the critic's values and GAE after the rollout, the update
-(loss, backward, gradient clip, optimizer), TensorBoard and checkpoints, and the rest of the loop.
+(loss, backward, gradient clip, optimizer), logging with the copy of each iteration's state and the
+checkpoints, and the rest of the loop.
 cProfile adds a cost to every Python call, so call-heavy phases (the env's Python code, the update's
 many small operations) come out larger than they are without it: compare runs of this tool with each
 other, not with speed.py's numbers.
@@ -22,17 +23,18 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# made by train() before its loop: the env, the network, the optimizer (its first use imports torch._dynamo), TensorBoard's writer
-SETUP = [("ppo_", "make_envs"), ("ppo_", "__init__"), ("adam.py", "__init__"), ("writer.py", "__init__"), ("ppo_", "create_run_dir")]
+# made by train() before its loop: the env, the network, the optimizer, the run (its folder; TensorBoard's writer on entering
+# its guard)
+SETUP = [("ppo_", "make_envs"), ("ppo_", "__init__"), ("adam.py", "__init__"), ("contextlib.py", "__enter__")]
 # phase: the functions (file name fragment, function name) whose time counts, each only where train() calls it
 PHASES = {
-    "env steps": [("gymnasium", "step"), ("ppo_", "step_envs")],
+    "env steps": [("ppo_", "step")],  # the scripts' CheckedEnvs wrapper around the vector env
     "policy in the rollout": [("ppo_", "get_action")],
     "normalization and reward scaling": [("ppo_", "normalize_obs"), ("ppo_", "scale")],
     "values and GAE": [("ppo_", "get_value"), ("ppo_", "compute_advantages"), ("ppo_", "real_transitions")],
     "update": [("ppo_", "ppo_loss"), ("_tensor.py", "backward"), ("clip_grad.py", "_no_grad_wrapper"),
                ("optimizer.py", "wrapper"), ("_compile.py", "inner")],
-    "TensorBoard and checkpoints": [("writer.py", "add_scalar"), ("writer.py", "flush"), ("ppo_", "save_checkpoint")],
+    "logging, state copy and checkpoints": [("ppo_", "log_episode"), ("ppo_", "end_iteration")],
 }
 
 

@@ -20,6 +20,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the reposi
 RETURN_TAG = "charts/episodic_return"
 FINAL_EPISODES = 100  # a run's final return is the mean return of its last 100 episodes
 
+# Named settings of the scripts, the one place the tools and the README take them from (README: HUMANOID="...").
+SETTINGS = {
+    # ppo_continuous.py on Humanoid-v5: 4,338 ± 390 at 1M steps over 6 seeds (benchmarks/results/README.md)
+    "HUMANOID": "--num-envs 8 --num-steps 256 --num-minibatches 8 --update-epochs 10 --init-log-std -1 --no-clip-vloss "
+                "--gae-lambda 0.8 --vf-coef 1.0",
+}
+
 # env id: (random policy's return, reference return)
 SCORE_RANGES = {
     "CartPole-v1": (23.7, 490.0),  # CleanRL ppo.py, 500k steps

@@ -14,19 +14,22 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
 # The defaults of ppo_discrete.py (CleanRL's CartPole settings) and of ppo_continuous.py (CleanRL's MuJoCo settings).
+# vf_coef in our scripts' units (their value loss is vf_coef * 0.5 * squared error, SB3's vf_coef * squared error).
 DISCRETE = dict(num_envs=4, n_steps=128, num_minibatches=4, n_epochs=4, learning_rate=2.5e-4, ent_coef=0.01,
-                gae_lambda=0.95, clip_range_vf=0.2, log_std_init=0.0)
+                gae_lambda=0.95, clip_range_vf=0.2, log_std_init=0.0, vf_coef=0.5)
 CONTINUOUS = dict(num_envs=1, n_steps=2048, num_minibatches=32, n_epochs=10, learning_rate=3e-4, ent_coef=0.0,
-                  gae_lambda=0.95, clip_range_vf=0.2, log_std_init=0.0)
-# The README's HUMANOID settings of ppo_continuous.py: no value clipping, initial std exp(-1).
+                  gae_lambda=0.95, clip_range_vf=0.2, log_std_init=0.0, vf_coef=0.5)
+# ppo_continuous.py's HUMANOID settings (benchmarks/common.py SETTINGS): no value clipping, initial std exp(-1).
 HUMANOID = dict(num_envs=8, n_steps=256, num_minibatches=8, n_epochs=10, learning_rate=3e-4, ent_coef=0.0,
-                gae_lambda=0.8, clip_range_vf=None, log_std_init=-1.0)
+                gae_lambda=0.8, clip_range_vf=None, log_std_init=-1.0, vf_coef=1.0)
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--env-id", default="CartPole-v1")
     parser.add_argument("--continuous", action="store_true", help="ppo_continuous.py's settings, with observation and reward normalization")
     parser.add_argument("--humanoid", action="store_true", help="ppo_continuous.py's HUMANOID settings (README), with normalization")
+    parser.add_argument("--vf-coef", type=float, default=None, help="the value loss's weight in our scripts' units "
+                        "(default: that of the chosen settings); SB3 gets half of it, which weighs the same")
     parser.add_argument("--total-timesteps", type=int, default=100000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--monitor-dir", default=None, help="write every episode's return, length and time to <dir>/<env>.monitor.csv")
@@ -49,7 +52,7 @@ if __name__ == "__main__":
         clip_range=0.2,
         clip_range_vf=config["clip_range_vf"],  # ours clips the value loss unless --no-clip-vloss
         ent_coef=config["ent_coef"],
-        vf_coef=0.5,  # SB3's value loss is the squared error, ours half of it: this weighs it as ours does at --vf-coef 1.0 (HUMANOID)
+        vf_coef=(config["vf_coef"] if cli.vf_coef is None else cli.vf_coef) / 2,  # SB3's squared error, ours half of it
         max_grad_norm=0.5,
         policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh, log_std_init=config["log_std_init"]),
         device="cpu",

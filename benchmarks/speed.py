@@ -21,13 +21,13 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from common import ROOT, SETTINGS  # noqa: E402
+
 SB3 = "benchmarks/sb3_ppo.py"
 WAITING = "benchmarks.waiting_env:WaitingPendulum-v0"
 NO_CHECKPOINTS = ["--checkpoint-interval", "0"]
-# The README's Humanoid-v5 settings (8 sub-envs x 256 steps).
-HUMANOID = ["--num-envs", "8", "--num-steps", "256", "--num-minibatches", "8", "--update-epochs", "10",
-            "--init-log-std", "-1", "--no-clip-vloss", "--gae-lambda", "0.8", "--vf-coef", "1.0", *NO_CHECKPOINTS]
+HUMANOID = [*SETTINGS["HUMANOID"].split(), *NO_CHECKPOINTS]  # the Humanoid-v5 settings (8 sub-envs x 256 steps)
 
 # case -> (env id, {name: [script, flags...]}) for contenders A and B; every command also gets
 # --env-id, --total-timesteps and --seed. Both sides run the same hyperparameters (our scripts'

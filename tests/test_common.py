@@ -31,10 +31,11 @@ def next_step_ppo(request):
 
 
 def next_step_rollout(rng, num_steps=60, num_envs=3):
-    """Random rollout data with the NEXT_STEP structure: the row after every episode end is an autoreset row."""
+    """Random rollout data with the NEXT_STEP structure: the row after every episode end is an autoreset row.
+    next_values[t] = values[t + 1], and V of the observation after the rollout for the last row."""
     rewards = rng.normal(size=(num_steps, num_envs)).astype(np.float32)
     values = rng.normal(size=(num_steps, num_envs)).astype(np.float32)
-    next_value = rng.normal(size=num_envs).astype(np.float32)
+    next_value = np.concatenate([values[1:], rng.normal(size=(1, num_envs)).astype(np.float32)])
     terminations = np.zeros((num_steps, num_envs), np.float32)
     truncations = np.zeros((num_steps, num_envs), np.float32)
     valid = np.ones((num_steps, num_envs), np.float32)
@@ -50,31 +51,23 @@ def next_step_rollout(rng, num_steps=60, num_envs=3):
     return rewards, values, next_value, terminations, truncations, dones, valid
 
 
-def brute_force_advantages(rewards, values, next_value, terminations, dones, gamma, lam):
-    """GAE straight from its definition, A_t = sum_l (gamma*lam)^l delta_{t+l}, summed until the episode ends."""
-    num_steps, num_envs = rewards.shape
-    advantages = np.zeros_like(rewards)
-    for env in range(num_envs):
-        for t in range(num_steps):
-            total = 0.0
-            for k in range(t, num_steps):
-                bootstrap = next_value[env] if k == num_steps - 1 else values[k + 1, env]
-                delta = rewards[k, env] + gamma * bootstrap * (1 - terminations[k, env]) - values[k, env]
-                total += (gamma * lam) ** (k - t) * delta
+def test_gae_matches_brute_force_reference(ppo):
+    """GAE straight from its definition, A_t = sum_l (gamma*lam)^l delta_{t+l}, summed until the episode ends,
+    on random data where next_values[t] (the bootstrap of row t) is unrelated to values[t + 1] at episode ends."""
+    rng = np.random.default_rng(0)
+    rewards, values, next_values = (rng.normal(size=(60, 3)).astype(np.float32) for _ in range(3))
+    terminations = (rng.random((60, 3)) < 0.1).astype(np.float32)
+    dones = np.maximum(terminations, (rng.random((60, 3)) < 0.1).astype(np.float32))
+    expected = np.zeros_like(rewards)
+    for env in range(3):
+        for t in range(60):
+            for k in range(t, 60):
+                delta = rewards[k, env] + GAMMA * next_values[k, env] * (1 - terminations[k, env]) - values[k, env]
+                expected[t, env] += (GAMMA * LAM) ** (k - t) * delta
                 if dones[k, env]:
                     break
-            advantages[t, env] = total
-    return advantages
-
-
-def test_gae_matches_brute_force_reference(next_step_ppo):
-    ppo = next_step_ppo
-    rng = np.random.default_rng(0)
-    rewards, values, next_value, terminations, _, dones, valid = next_step_rollout(rng)
-    expected = brute_force_advantages(rewards, values, next_value, terminations, dones, GAMMA, LAM)
-    actual = ppo.compute_advantages(rewards, values, next_value, terminations, dones, GAMMA, LAM)
-    real = valid > 0
-    np.testing.assert_allclose(actual[real], expected[real], rtol=1e-5, atol=1e-5)
+    actual = ppo.compute_advantages(rewards, values, next_values, terminations, dones, GAMMA, LAM)
+    np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_returns_with_lambda_one_are_discounted_rewards_bootstrapped_only_on_truncation(next_step_ppo):
@@ -90,7 +83,7 @@ def test_returns_with_lambda_one_are_discounted_rewards_bootstrapped_only_on_tru
         for t in np.flatnonzero(valid[:, env]):
             end = next((k for k in range(t, num_steps) if dones[k, env]), num_steps - 1)
             discounted = sum(GAMMA ** (k - t) * rewards[k, env] for k in range(t, end + 1))
-            final_value = next_value[env] if end == num_steps - 1 else values[end + 1, env]  # V(obs after the last step)
+            final_value = next_value[end, env]  # V(observation after the episode's last step, or the rollout's)
             if terminations[end, env]:
                 expected = discounted
                 checked["terminated"] += 1
@@ -151,7 +144,9 @@ def test_truncation_is_bootstrapped_and_termination_is_not(ppo, in_tmp):
 def test_short_run_writes_every_tag_and_a_complete_checkpoint(ppo, in_tmp):
     path = ppo.train(short_args(ppo))
     checkpoint = torch.load(path, weights_only=True)
-    assert set(checkpoint) == ppo.CHECKPOINT_KEYS | {"script", "cuda_rng_state"} and checkpoint["script"] == f"{ppo.__name__}.py"
+    state = {"model", "optimizer"} | (set() if ppo is ppo_discrete else {"obs_rms", "return_rms"})
+    assert set(checkpoint) == set(ppo.CHECKPOINT_SCHEMA) | state | {"script", "cuda_rng_state"}
+    assert checkpoint["script"] == f"{ppo.__name__}.py"
     assert checkpoint["global_step"] == 1024 and checkpoint["iteration"] == 2
     tags = scalars(os.path.dirname(path))
     expected = {"charts/episodic_return", "charts/episodic_length", "charts/learning_rate", "charts/SPS",
@@ -224,10 +219,32 @@ def test_runs_started_in_the_same_second_get_their_own_folders(ppo, in_tmp, monk
 def test_a_run_being_trained_cannot_be_resumed_by_a_second_process(ppo, in_tmp):
     path = ppo.train(short_args(ppo))
     checkpoint = ppo.load_checkpoint(path)
-    with ppo.lock_run(os.path.dirname(path)):  # as the process that trains it would hold it
+    with ppo.open_run_folder(ppo.Args(**{**checkpoint["args"], "resume": path}), checkpoint)[2]:  # as its trainer holds it
         with pytest.raises(SystemExit, match="another process is training"):
             ppo.train(ppo.Args(**{**checkpoint["args"], "total_timesteps": 2048, "resume": path}), checkpoint)
     assert torch.load(path, weights_only=True)["global_step"] == 1024
+
+
+def test_a_fault_part_way_through_an_update_keeps_exactly_the_last_complete_iteration(ppo, in_tmp, monkeypatch):
+    """A NaN loss in the third minibatch of the second update: the earlier minibatches of that update have changed
+    the weights and the optimizer; the checkpoint must hold the state after the first iteration, bit for bit."""
+    settings = dict(anneal_lr=False, checkpoint_interval=0)  # the fault path alone writes the faulty run's checkpoint
+    reference = torch.load(ppo.train(short_args(ppo, total_timesteps=512, **settings)), weights_only=True)
+    real_loss, calls = ppo.ppo_loss, []
+
+    def nan_in_the_second_update(*args):
+        loss, stats = real_loss(*args)
+        calls.append(1)
+        return (loss * float("nan") if len(calls) == 16 + 3 else loss), stats  # 16 minibatches an update here
+
+    monkeypatch.setattr(ppo, "ppo_loss", nan_in_the_second_update)
+    with pytest.raises(SystemExit, match=r"non-finite loss in the iteration after step 512; checkpoint of the last"):
+        ppo.train(short_args(ppo, **settings))
+    path = max(glob.glob("runs/*/checkpoint.pt"), key=os.path.getmtime)
+    saved = torch.load(path, weights_only=True)
+    assert saved["global_step"] == 512 and saved["run_name"] != reference["run_name"]
+    for key in ("model", "optimizer", "rng_state"):
+        torch.testing.assert_close(saved[key], reference[key], rtol=0, atol=0)
 
 
 def test_a_signal_during_the_last_iteration_finishes_the_run(ppo, in_tmp, monkeypatch):
@@ -334,7 +351,7 @@ def test_a_checkpoint_written_before_scripts_were_recorded_is_still_told_apart(c
     torch.save(checkpoint, tmp_path / "old.pt")
     checkpoint = ppo_vector_sameStep.load_checkpoint(str(tmp_path / "old.pt"))
     args = ppo_vector_sameStep.Args(**{**checkpoint["args"], "eval_checkpoint": str(tmp_path / "old.pt")})
-    with pytest.raises(SystemExit, match="the checkpoint's network does not fit Pendulum-v1: Missing key"):
+    with pytest.raises(SystemExit, match="the checkpoint's model does not fit Pendulum-v1: Missing key"):
         ppo_vector_sameStep.evaluate(args, checkpoint)
 
 

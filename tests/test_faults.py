@@ -70,6 +70,19 @@ def tensorboard_disk_full_after_first_checkpoint(monkeypatch):
     monkeypatch.setattr(RecordWriter, "write", write)
 
 
+def nan_loss_in_the_second_update(monkeypatch):
+    """The loss of the third minibatch of the second update is NaN (16 minibatches an update in the short runs)."""
+    for ppo in ALL:
+        real_loss, calls = ppo.ppo_loss, []
+
+        def loss(*args, real_loss=real_loss, calls=calls):
+            value, stats = real_loss(*args)
+            calls.append(1)
+            return (value * float("nan") if len(calls) == 16 + 3 else value), stats
+
+        monkeypatch.setattr(ppo, "ppo_loss", loss)
+
+
 def runs_is_a_file(monkeypatch):
     with open("runs", "w") as f:
         f.write("a file where the folder should be")
@@ -117,9 +130,9 @@ FAULTS = [
     Fault("fewer steps than one batch", r"--total-timesteps 100 is smaller than one batch", ("--total-timesteps", "100")),
     Fault("minibatches of one row", r"minibatches of 1 row", ("--num-envs", "1", "--num-steps", "256", "--num-minibatches", "256")),
     Fault("gamma above 1", r"--gamma and --gae-lambda must lie in \[0, 1\]", ("--gamma", "1.5")),
-    Fault("zero learning rate", r"--learning-rate and --clip-coef must be positive", ("--learning-rate", "0")),
+    Fault("zero learning rate", r"--learning-rate must be positive, got 0.0", ("--learning-rate", "0")),
     Fault("zero max grad norm", r"--max-grad-norm must be positive", ("--max-grad-norm", "0")),
-    Fault("negative value coefficient", r"--vf-coef not negative", ("--vf-coef", "-0.5")),
+    Fault("negative value coefficient", r"--vf-coef and --checkpoint-interval must not be negative", ("--vf-coef", "-0.5")),
     Fault("negative target KL", r"--target-kl must be positive", ("--target-kl", "-0.01")),
     Fault("no evaluation episodes", r"--eval-episodes must be positive", ("--eval-episodes", "0")),
     Fault("env kwargs that are not JSON", r"--env-kwargs is not valid JSON", ("--env-kwargs", "{bad")),
@@ -135,7 +148,7 @@ FAULTS = [
           fault=mujoco_gl_egl),  # a typo gets no hint about rendering
     Fault("unknown env and bad sizes", r"cannot make env 'NoSuchEnv-v0'", ("--env-id", "NoSuchEnv-v0", "--num-minibatches", "7")),
     Fault("wrong action space", r"has a (Box|Discrete|MultiBinary) action space; "
-          r"(ppo_discrete.py needs Discrete \(use ppo_continuous.py\)|ppo_continuous.py needs Box \(use ppo_discrete.py\)|this script takes Discrete or Box)",
+          r"(ppo_discrete.py needs Discrete \(use ppo_continuous.py\)|ppo_continuous.py needs Box \(use ppo_discrete.py\)|ppo_vector_sameStep.py takes Discrete or Box)",
           ("--env-id", "{wrong-actions}")),
     Fault("wrong action space and bad sizes", r"action space; ", ("--env-id", "{wrong-actions}", "--num-minibatches", "7")),
     Fault("matrix actions", r"has Box actions of shape \(2, 2\); .* takes one-dimensional ones", ("--env-id", "test/MatrixActions-v0"), scripts=BOX),
@@ -149,7 +162,7 @@ FAULTS = [
     Fault("checkpoint with other keys", r"foreign.pt is not a checkpoint of {script} \(expected keys", checkpoint=("foreign",)),
     *[Fault(f"checkpoint of {writer.__name__}.py", rf"is a checkpoint of {writer.__name__}.py, not of {{script}}: use {writer.__name__}.py",
             scripts=tuple(ppo for ppo in ALL if ppo is not writer), checkpoint=("of", writer)) for writer in ALL],
-    Fault("checkpoint of another env", r"the checkpoint's network does not fit {other-env}: size mismatch",
+    Fault("checkpoint of another env", r"the checkpoint's model does not fit {other-env}: size mismatch",
           ("--env-id", "{other-env}", "--total-timesteps", "2048"), checkpoint=("own",)),
     *[Fault(f"damaged checkpoint: {key} = {value!r}", rf"damaged.pt is damaged: wrong type of {key}", checkpoint=("damaged", part, key, value))
       for part, key, value in [("args", "num_envs", "four"), ("args", "learning_rate", "fast"), ("args", "norm_adv", 1),
@@ -157,30 +170,36 @@ FAULTS = [
     Fault("resume with another batch", r"a resumed run keeps its batch", ("--num-envs", "3", "--total-timesteps", "4096"), checkpoint=("own",), only_resume=True),
     Fault("resume of a finished run", r"the checkpoint is at step 512: pass a --total-timesteps beyond it", checkpoint=("own",), only_resume=True),
     # failing envs
-    Fault("env raises", r"raised RuntimeError at global step \d+; checkpoint of the last complete iteration \(step \d+\) saved. Resume with",
-          ("--env-id", "{env:Crashing}", "--total-timesteps", "4096", "--checkpoint-interval", "0"), scripts=(ppo_discrete, ppo_continuous),
+    Fault("env raises", r"raised RuntimeError: the simulator fell over in the iteration after step \d+; checkpoint of the last complete iteration "
+          r"\(step \d+\) saved. "
+          r"Resume with",
+          ("--env-id", "{env:Crashing}", "--total-timesteps", "4096", "--checkpoint-interval", "0"),
           progress=True, resume_env="ConstantTruncated", shown=('conftest.py", line', "RuntimeError: the simulator fell over")),
-    *[Fault(f"sub-env {problem} ({mode})", rf"a sub-environment of test/{env}-v0 {problem}; checkpoint of step 512 saved",
+    *[Fault(f"sub-env {problem} ({mode})", rf"test/{env}-v0 {problem} in the iteration after step 512; checkpoint of the last "
+            r"complete iteration \(step 512\) saved",
             ("--env-id", f"test/{env}-v0", "--vectorization-mode", mode, "--env-timeout", "2", "--total-timesteps", "4096", "--checkpoint-interval", "0"),
             scripts=(ppo_vector_sameStep,), progress=True, resume_env="ConstantTruncated")
       for env, problem, mode in [("Crashing", "raised RuntimeError: the simulator fell over", "sync"),
                                  ("Crashing", "raised RuntimeError: the simulator fell over", "async"),
-                                 ("Hanging", r"did not answer a step within 2.0 s", "async")]],
+                                 ("Hanging", r"did not answer a step within 2.0 s \(a sub-environment hangs\?\)", "async")]],
     *[Fault(f"NaN reward, checkpoints every {interval or 'never'}",
-            r"non-finite reward at global step \d+; checkpoint of the last complete iteration \(step \d+\) saved",
+            r"non-finite reward in the iteration after step \d+; checkpoint of the last complete iteration \(step \d+\) saved",
             ("--env-id", "{env:NanReward}", "--total-timesteps", "4096", "--checkpoint-interval", interval),
             progress=True, resume_env="ConstantTruncated") for interval in ("1", "0")],
-    Fault("NaN loss in the first iteration", r"non-finite loss at global step \d+, in the first iteration of this start: nothing new to save",
+    Fault("NaN loss in the first iteration", r"non-finite loss in the iteration after step 0; nothing new to save",
           ("--env-id", "test/HugeReward-v0"), scripts=(ppo_discrete,)),
-    Fault("NaN loss in the first iteration", r"non-finite loss at global step \d+, in the first iteration of this start: nothing new to save",
+    Fault("NaN loss in the first iteration", r"non-finite loss in the iteration after step 0; nothing new to save",
           ("--env-id", "{env:HugeReward}", "--no-norm-reward"), scripts=BOX),  # reward scaling would tame the huge reward
+    Fault("NaN loss part-way through an update", r"non-finite loss in the iteration after step 512; checkpoint of the last "
+          r"complete iteration \(step 512\) saved", ("--checkpoint-interval", "0"), fault=nan_loss_in_the_second_update,
+          progress=True),
     # folders and disks
-    Fault("runs/ cannot be made", r"cannot create the folder runs/ for this run: File exists", fault=runs_is_a_file),
+    Fault("runs/ cannot be made", r"cannot create the run folder runs/.*: Not a directory", fault=runs_is_a_file),
     Fault("run folder cannot be written", r"cannot write in the run folder runs/own: Is a directory",
           ("--total-timesteps", "2048"), checkpoint=("own",), only_resume=True, fault=run_folder_not_writable),
-    Fault("checkpoint write fails (OSError)", r"cannot write checkpoint .*checkpoint.pt: No space left on device; the previous checkpoint, if any, is intact",
+    Fault("checkpoint write fails (OSError)", r"cannot write checkpoint .*checkpoint.pt: No space left on device; the previous one, if any, is intact",
           fault=failing_checkpoint_write(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))), progress=True),
-    Fault("checkpoint write fails (RuntimeError)", r"cannot write checkpoint .*checkpoint.pt: the write failed \(is the disk full\?\); the previous checkpoint",
+    Fault("checkpoint write fails (RuntimeError)", r"cannot write checkpoint .*checkpoint.pt: the write failed \(is the disk full\?\); the previous one",
           fault=failing_checkpoint_write(RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 102528 vs 102416")), progress=True),
     Fault("TensorBoard write fails", r"cannot write the TensorBoard events in runs/.*: No space left on device; checkpoint of the last complete "
           r"iteration \(step \d+\) saved", ("--total-timesteps", "2048"), fault=tensorboard_disk_full_after_first_checkpoint, progress=True),

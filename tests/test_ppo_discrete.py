@@ -18,11 +18,12 @@ def test_sampled_actions_follow_the_policy_and_report_their_log_probability():
     agent = ppo.Agent(spaces)
     with torch.no_grad():
         agent.actor[-1].bias.copy_(torch.tensor([0.0, 1.0, -1.0, 2.0]))  # the output weights are near 0: logits ~ bias
-        action, logprob, log_probs = agent.get_action(torch.zeros(50000, 3))
-    probs = log_probs[0].exp()
+        action, logprob, entropy = agent.get_action(torch.zeros(50000, 3))
+    probs = torch.softmax(torch.tensor([0.0, 1.0, -1.0, 2.0]), dim=0)
     frequencies = torch.bincount(action, minlength=4).float() / len(action)
     torch.testing.assert_close(frequencies, probs, atol=0.01, rtol=0)
-    torch.testing.assert_close(logprob, log_probs[0][action])
+    torch.testing.assert_close(logprob, probs.log()[action], atol=1e-3, rtol=0)
+    torch.testing.assert_close(entropy[0], -(probs * probs.log()).sum(), atol=1e-3, rtol=0)
 
 
 def test_discrete_observations_are_one_hot(in_tmp):
