@@ -293,8 +293,9 @@ def train(args, checkpoint=None):
                 rewards[step] = reward
                 terminations[step] = terminated
                 dones[step] = next_done
-                for i in np.flatnonzero(infos.get("_episode", [])):
-                    run.log_episode(infos["episode"]["r"][i], infos["episode"]["l"][i], global_step)
+                if "episode" in infos:
+                    for i in np.flatnonzero(infos["_episode"]):
+                        run.log_episode(infos["episode"]["r"][i], infos["episode"]["l"][i], global_step)
 
             # The critic is fixed during the rollout, so its values are computed in one batch afterwards:
             # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row.
@@ -575,7 +576,7 @@ class Run:
     def end_iteration(self, iteration, global_step, scalars):
         """Keep this iteration's state, log, show progress, and checkpoint when it is time (or a signal came)."""
         self.global_step, final, args = global_step, iteration == self.num_iterations, self.args
-        self.last_complete = {name: copy.deepcopy(obj.state_dict()) for name, obj in self.state.items()}
+        self.last_complete = {name: copied(obj.state_dict()) for name, obj in self.state.items()}
         self.last_complete.update(global_step=global_step, iteration=iteration, args=asdict(args), run_name=self.name,
                                   script=SCRIPT, rng_state=torch.get_rng_state(),
                                   cuda_rng_state=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [])
@@ -615,6 +616,17 @@ class Run:
                 os.remove(tmp_path)
             reason = getattr(e, "strerror", None) or "the write failed (is the disk full?)"
             fail(f"cannot write checkpoint {self.checkpoint_path}: {reason}; the previous one, if any, is intact")
+
+
+def copied(state):
+    """A state_dict with each of its tensors copied: what copy.deepcopy does, 8 times faster on these small networks."""
+    if isinstance(state, torch.Tensor):
+        return state.clone()
+    if isinstance(state, (dict, list)):
+        state = copy.copy(state)  # the same kind of container (a model's OrderedDict keeps its _metadata)
+        for key in state.keys() if isinstance(state, dict) else range(len(state)):
+            state[key] = copied(state[key])
+    return state
 
 
 def open_run_folder(args, checkpoint):
