@@ -151,9 +151,19 @@ def in_tmp(tmp_path, monkeypatch):
     return tmp_path
 
 
-def run_script(script, *flags, cwd, timeout=120):
-    """Run one of the project's scripts as a user would, in its own process."""
-    return subprocess.run([sys.executable, os.path.join(ROOT, script), *flags], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+def start(path, *flags, cwd, **popen):
+    """Start one of the project's scripts or tools (its path in the repository) in its own process, as a user would;
+    its output comes back as text, stderr into stdout unless `stderr` is given."""
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **popen}
+    return subprocess.Popen([sys.executable, os.path.join(ROOT, path), *flags], cwd=cwd, **popen)
+
+
+def wait_for(condition, timeout=120, interval=0.1):
+    """Poll until condition() holds; the test fails after `timeout` seconds."""
+    deadline = time.time() + timeout
+    while not condition():
+        assert time.time() < deadline, "timed out"
+        time.sleep(interval)
 
 
 def scalars(run_dir):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from conftest import ROOT
+from conftest import ROOT, start, wait_for
 
 for package in ("optuna", "matplotlib", "scipy"):  # the tools' own requirements
     pytest.importorskip(package, reason="the tools need: pip install -r benchmarks/requirements.txt")
@@ -28,16 +28,8 @@ import run as runner  # noqa: E402
 TINY = ["--total-timesteps", "2048", "--checkpoint-interval", "1"]
 
 
-def tool(name, *args, cwd, **kwargs):
-    return subprocess.Popen([sys.executable, os.path.join(ROOT, "benchmarks", name), *args], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
-
-
-def wait_for(condition, timeout=120):
-    deadline = time.time() + timeout
-    while not condition():
-        assert time.time() < deadline, "timed out"
-        time.sleep(0.1)
+def tool(name, *args, cwd, **popen):
+    return start(os.path.join("benchmarks", name), *args, cwd=cwd, **popen)
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +70,7 @@ def test_runner_records_a_crashed_run_as_failed_with_its_log(bench_runs):
 
 def test_runner_gives_the_message_inside_tyros_error_box_as_the_reason(tmp_path):
     log = tmp_path / "log.txt"
-    result = subprocess.run([sys.executable, os.path.join(ROOT, "ppo_discrete.py"), "--no-such-flag"], capture_output=True, text=True)
-    log.write_text(result.stdout + result.stderr)
+    log.write_text(start("ppo_discrete.py", "--no-such-flag", cwd=tmp_path).communicate(timeout=60)[0])
     assert "╰" in log.read_text()  # tyro drew its box
     assert common.last_log_line(str(log)) == "Unrecognized options: --no-such-flag"
 

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, constructed_env_id, scalars, short_args
+from conftest import constructed_env_id, scalars, short_args, start, wait_for
 
 import ppo_continuous
 import ppo_discrete
@@ -318,9 +318,9 @@ def test_total_timesteps_rounded_to_whole_batches_is_said_and_shown(ppo, in_tmp,
 def test_video_capture_prints_no_stray_error_lines(ppo, tmp_path):
     environment = {key: value for key, value in os.environ.items() if key != "XDG_RUNTIME_DIR"}
     flags = ["--env-id", short_args(ppo).env_id, "--total-timesteps", "512", "--num-envs", "2", "--num-steps", "256", "--capture-video"]
-    result = subprocess.run([sys.executable, os.path.join(ROOT, f"{ppo.__name__}.py"), *flags], cwd=tmp_path,
-                            capture_output=True, text=True, env=environment, timeout=120)
-    assert result.returncode == 0 and "error" not in result.stderr, result.stderr
+    process = start(f"{ppo.__name__}.py", *flags, cwd=tmp_path, stderr=subprocess.PIPE, env=environment)
+    stderr = process.communicate(timeout=120)[1]
+    assert process.returncode == 0 and "error" not in stderr, stderr
     assert glob.glob(str(tmp_path / "videos" / "*" / "*.mp4"))
 
 
@@ -357,11 +357,8 @@ def test_a_checkpoint_written_before_scripts_were_recorded_is_still_told_apart(c
 
 def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(ppo, tmp_path):
     flags = ["--env-id", short_args(ppo).env_id, "--total-timesteps", "10000000", "--checkpoint-interval", "0"]
-    process = subprocess.Popen([sys.executable, os.path.join(ROOT, f"{ppo.__name__}.py"), *flags], cwd=tmp_path,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.time() + 60
-    while not glob.glob(str(tmp_path / "runs" / "*" / "events.*")) and time.time() < deadline:
-        time.sleep(0.2)
+    process = start(f"{ppo.__name__}.py", *flags, cwd=tmp_path, stderr=subprocess.PIPE, start_new_session=True)
+    wait_for(lambda: glob.glob(str(tmp_path / "runs" / "*" / "events.*")), timeout=60)
     time.sleep(1.0)  # let it train for a moment
     os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to every process of the group (workers too)
     stdout, stderr = process.communicate(timeout=120)

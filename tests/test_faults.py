@@ -22,7 +22,7 @@ from typing import Callable, Optional
 
 import pytest
 import torch
-from conftest import ROOT, SHORT_RUNS, constructed_env_id, run_script
+from conftest import SHORT_RUNS, constructed_env_id, start, wait_for
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
@@ -303,9 +303,11 @@ def test_fault(ppo, fault, checkpoint_flag, checkpoints_of_each_script, in_tmp, 
 
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
 def test_a_real_process_exits_1_with_the_message_as_its_last_line(ppo, tmp_path):
-    result = run_script(f"{ppo.__name__}.py", "--env-id", WRONG_ACTIONS[ppo.__name__], "--num-minibatches", "7", cwd=tmp_path)
-    assert result.returncode == 1 and result.stdout == ""
-    assert result.stderr.splitlines()[-1].startswith("error: ") and len(result.stderr.splitlines()) == 1, result.stderr
+    process = start(f"{ppo.__name__}.py", "--env-id", WRONG_ACTIONS[ppo.__name__], "--num-minibatches", "7", cwd=tmp_path,
+                    stderr=subprocess.PIPE)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 1 and stdout == ""
+    assert stderr.splitlines()[-1].startswith("error: ") and len(stderr.splitlines()) == 1, stderr
 
 
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
@@ -314,12 +316,13 @@ def test_a_closed_output_pipe_ends_help_quietly_and_lets_training_finish(ppo, tm
     status 1 and no traceback; a run trains on without its progress lines and saves its checkpoint."""
     read_end, write_end = os.pipe()
     os.close(read_end)  # from now on every write to the pipe fails with EPIPE (BrokenPipeError in Python)
-    script = [sys.executable, os.path.join(ROOT, f"{ppo.__name__}.py")]
-    help_run = subprocess.run([*script, "--help"], stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=60)
-    training = subprocess.run([*script, *short_flags(ppo)], stdout=write_end, stderr=subprocess.PIPE, text=True, cwd=tmp_path, timeout=120)
+    help_run = start(f"{ppo.__name__}.py", "--help", cwd=tmp_path, stdout=write_end, stderr=subprocess.PIPE)
+    help_stderr = help_run.communicate(timeout=60)[1]
+    training = start(f"{ppo.__name__}.py", *short_flags(ppo), cwd=tmp_path, stdout=write_end, stderr=subprocess.PIPE)
+    training_stderr = training.communicate(timeout=120)[1]
     os.close(write_end)
-    assert (help_run.returncode, help_run.stderr) == (1, "")
-    assert (training.returncode, training.stderr) == (0, "")
+    assert (help_run.returncode, help_stderr) == (1, "")
+    assert (training.returncode, training_stderr) == (0, "")
     assert ppo.load_checkpoint(glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt"))[0])["global_step"] == 1024
 
 
@@ -343,16 +346,14 @@ def test_a_run_killed_at_random_moments_always_leaves_a_loadable_checkpoint(tmp_
     for attempt in range(6):
         checkpoints = glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt"))
         resume = ["--resume", checkpoints[0]] if checkpoints else []
-        process = subprocess.Popen([sys.executable, os.path.join(ROOT, "ppo_discrete.py"), *flags, *resume], cwd=tmp_path,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        process = start("ppo_discrete.py", *flags, *resume, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
         def written_since_start():  # this process has written at least one checkpoint
             paths = glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt"))
             return paths and (not checkpoints or os.path.getmtime(paths[0]) > started)
 
-        started, deadline = time.time(), time.time() + 60
-        while not written_since_start() and time.time() < deadline:
-            time.sleep(0.05)
+        started = time.time()
+        wait_for(written_since_start, timeout=60, interval=0.05)
         time.sleep(rng.uniform(0.0, 1.0))  # a checkpoint every 8 steps: writing is a good part of the time
         process.kill()
         process.wait()

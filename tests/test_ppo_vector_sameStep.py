@@ -4,13 +4,12 @@ import glob
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 import torch
-from conftest import ROOT, scalars, short_args
+from conftest import scalars, short_args, start, wait_for
 
 import ppo_vector_sameStep as ppo
 
@@ -86,12 +85,9 @@ def test_sync_and_async_give_identical_runs(in_tmp):
 
 def test_sigterm_to_every_process_ends_the_run_with_a_checkpoint_and_no_traceback(tmp_path):
     """A cluster scheduler may send SIGTERM to the whole process group: the workers die at once."""
-    process = subprocess.Popen([sys.executable, os.path.join(ROOT, "ppo_vector_sameStep.py"), "--total-timesteps", "10000000",
-                                "--num-envs", "2", "--num-steps", "256", "--checkpoint-interval", "0"],
-                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.time() + 60
-    while not glob.glob(str(tmp_path / "runs" / "*" / "events.*")) and time.time() < deadline:
-        time.sleep(0.2)
+    process = start("ppo_vector_sameStep.py", "--total-timesteps", "10000000", "--num-envs", "2", "--num-steps", "256",
+                    "--checkpoint-interval", "0", cwd=tmp_path, stderr=subprocess.PIPE, start_new_session=True)
+    wait_for(lambda: glob.glob(str(tmp_path / "runs" / "*" / "events.*")), timeout=60)
     time.sleep(2.0)
     os.killpg(process.pid, signal.SIGTERM)
     stdout, stderr = process.communicate(timeout=60)
