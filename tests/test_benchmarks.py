@@ -297,3 +297,13 @@ def test_speed_alternates_the_contenders_and_times_the_env_alone_in_every_repeat
     summary = output.splitlines()[-1]
     assert f"(per repeat: {min(shares)}% to {max(shares)}%)" in summary and "HUMANOID runs at" in summary, output
     assert not os.listdir(tmp_path)  # the timed runs write their runs/ elsewhere
+
+
+def test_learning_runs_seeds_through_the_runner_and_finds_the_threshold(tmp_path):
+    output = tool("learning.py", "--script", "ppo_discrete.py", "--env-id", "CartPole-v1", "--seeds", "1", "2", "--threshold", "5",
+                  "--total-timesteps", "1024", "--out", str(tmp_path / "out"), cwd=tmp_path).communicate(timeout=300)[0]
+    rows = [line.split("|") for line in output.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
+    assert len(rows) == 2 and all(int(row[2].replace(",", "")) > 0 for row in rows), output  # a random policy lasts 5 steps
+    assert sorted(os.listdir(tmp_path / "out")) == ["ppo_discrete__CartPole-v1__1", "ppo_discrete__CartPole-v1__2",
+                                                    "results.csv", "results.md"]
+    assert "CartPole-v1, ppo_discrete.py: last-100 mean" in output
