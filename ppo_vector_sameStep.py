@@ -126,9 +126,10 @@ class Args:
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
     def thunk():
         if multiprocessing.parent_process() is not None:  # in a worker process (async mode)
-            # Ctrl-C reaches every process of the terminal's group: the main process saves and stops the run,
-            # the workers must not die under it mid-step. (SIGTERM stays fatal: it is how workers are stopped.)
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            # Ctrl-C or a closed terminal reaches every process of the group: the main process saves and stops the
+            # run, the workers must not die under it mid-step. (SIGTERM stays fatal: it is how workers are stopped.)
+            for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+                signal.signal(sig, signal.SIG_IGN)
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array", **env_kwargs)
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
@@ -436,6 +437,9 @@ def train(args, checkpoint=None):
 
 SCRIPT = os.path.basename(__file__)  # recorded in every checkpoint: a copy of this file is a script of its own
 # A checkpoint holds one state_dict per entry of train()'s `state`, and these fields; nothing else is read from it.
+# Ctrl-C, kill, a closed terminal, Ctrl-\, a scheduler's warning or CPU limit: each finishes the iteration and saves
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                signal.SIGXCPU)
 CHECKPOINT_SCHEMA = {"global_step": int, "iteration": int, "args": dict, "run_name": str, "rng_state": torch.Tensor}
 
 
@@ -485,11 +489,17 @@ def check_env(args, env_kwargs):
     """Make one env before training: an unknown id, keyword arguments it does not take and spaces this
     script cannot train get one line, and the sub-environments are made only once these pass."""
     try:
-        env = make_env(args.env_id, env_kwargs, 0, False, None)()
+        rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
+        env = make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None)()
     except Exception as e:  # an unknown id, arguments the env does not take, a simulator or renderer that does not load
         kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
         bad_input = isinstance(e, (gym.error.Error, TypeError, ValueError))  # else the env's own code failed
-        hint = (f"; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
+        module = args.env_id.split(":")[0] if ":" in args.env_id else None
+        hint = (f"; is {module}.py in {os.path.dirname(os.path.abspath(__file__))} or on PYTHONPATH?"
+                if f"No module named '{module}'" in str(e) else
+                "; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
+                if isinstance(e, gym.error.NameNotFound) and not module else
+                f"; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
                 if "MUJOCO_GL" in os.environ and not bad_input else "")
         fail(f"cannot make env '{args.env_id}'{kwargs}: {type(e).__name__}: {first_line(e)}{hint}")
     actions, observations = env.action_space, env.observation_space
@@ -531,6 +541,11 @@ def load_checkpoint(path):
               type(known[name]) and not (type(known[name]) is float and type(value) is int)]
     if wrong:
         fail(f"{path} is damaged: wrong type of {', '.join(wrong)}")
+    steps = checkpoint["iteration"] * checkpoint["args"].get("num_envs", 0) * checkpoint["args"].get("num_steps", 0)
+    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", checkpoint["run_name"]) or steps != checkpoint["global_step"]:
+        fail(f"{path} is damaged: its run name or step counters are not those of a run")  # a name is never a path
+    if not all(torch.isfinite(value).all() for value in checkpoint["model"].values() if torch.is_tensor(value)):
+        fail(f"{path} holds non-finite weights")
     return checkpoint
 
 
@@ -552,7 +567,10 @@ def parse_args():
         checkpoint = load_checkpoint(args.eval_checkpoint or args.resume)
         evaluation = {"capture_video": False, "eval_sample": False} if args.eval_checkpoint else {}  # not training's
         saved = {**checkpoint["args"], **evaluation, "resume": args.resume, "eval_checkpoint": args.eval_checkpoint}
+        command_line_env = args.env_id
         args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
+        if ":" in args.env_id and args.env_id != command_line_env:  # gym.make would import the module before the colon
+            fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
     check_args(args)
     return args, checkpoint
 
@@ -629,6 +647,11 @@ class Run:
                   f"{self.total_timesteps:,} steps")
         self.name, self.dir, self.lock = open_run_folder(args, checkpoint)
         self.checkpoint_path = os.path.join(self.dir, "checkpoint.pt")
+        if checkpoint and os.path.exists(self.checkpoint_path):  # read again under the lock: another process may have
+            newer = load_checkpoint(self.checkpoint_path)["global_step"]  # written it, or --resume named an older copy
+            if newer != self.global_step:
+                fail(f"{self.checkpoint_path} is at step {newer}, not at the step {self.global_step} of {args.resume}: "
+                     f"resume {self.checkpoint_path}, or give {args.resume} a folder of its own")
         self.last_complete, self.recent_returns, self.stop_signal, self.last_print = None, deque(maxlen=20), [], 0.0
 
     @contextlib.contextmanager
@@ -636,7 +659,7 @@ class Run:
         """Restores `state` on resume, opens TensorBoard and catches signals; on any fault applies the rule."""
         args, self.state, excepthook = self.args, state, threading.excepthook
         handlers = {sig: signal.signal(sig, lambda signum, _: self.stop_signal.append(signum))  # finish the iteration,
-                    for sig in (signal.SIGINT, signal.SIGTERM)}  # save, exit
+                    for sig in STOP_SIGNALS}  # save, exit
         # TensorBoard writes from a thread; a failed write is said once, in one line, by fail_with
         threading.excepthook = lambda hook: isinstance(hook.exc_value, OSError) or threading.__excepthook__(hook)
         try:
@@ -653,6 +676,8 @@ class Run:
             self.writer = SummaryWriter(self.dir, purge_step=self.global_step + 1 if self.checkpoint else None)
             self.writer.add_text("hyperparameters", "|param|value|\n|-|-|\n" +
                                  "\n".join(f"|{k}|{v}|" for k, v in asdict(args).items()))
+            if args.capture_video:
+                print(f"videos of env 0 go to {os.path.join('videos', self.name)}")
             self.start_time, self.start_step = time.time(), self.global_step
             yield
         except SystemExit:  # a message already given, a checkpoint already written or refused
@@ -760,7 +785,7 @@ def open_run_folder(args, checkpoint):
     if checkpoint:
         name, folder = checkpoint["run_name"], os.path.dirname(args.resume) or "."
     else:
-        base = f"{re.sub(r'[^A-Za-z0-9_.-]', '-', args.env_id)}__{args.exp_name}__{args.seed}__{int(time.time())}"
+        base = re.sub(r"[^A-Za-z0-9_.-]", "-", f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}")
         name, number, folder = base, 1, None
     while folder is None:
         try:
@@ -803,6 +828,9 @@ def evaluate(args, checkpoint):
         if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
             cut_episodes += not (terminated[0] or truncated[0])
             episodic_returns.append(episode_return)
+            video = os.path.join(video_folder, f"rl-video-episode-{len(episodic_returns) - 1}.mp4") * args.capture_video
+            print(f"episode {len(episodic_returns)}: return {episode_return:.2f}, {episode_length} steps"
+                  f"{'' if terminated[0] or truncated[0] else ' (cut)'}{', ' + video if video else ''}", flush=True)
             episode_return, episode_length = 0.0, 0
             if not (terminated[0] or truncated[0]):  # a cut episode; one that ended was reset in the same step
                 next_obs, _ = envs.reset()

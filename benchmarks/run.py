@@ -12,6 +12,7 @@ At the end it writes <out>/results.md and <out>/results.csv, over every ended ru
 
 import argparse
 import csv
+import fcntl
 import glob
 import json
 import os
@@ -47,16 +48,25 @@ def planned_runs(cli, script_flags):
     for script in cli.scripts:
         for env_id in cli.env_ids:
             for seed in cli.seeds:
-                name = f"{os.path.splitext(script)[0]}__{env_id.replace('/', '-')}__{seed}"
+                name = run_folder_name(script, env_id, seed)
                 command = [script, "--env-id", env_id, "--seed", str(seed), "--exp-name", "benchmark", *script_flags]
                 runs.append({"script": script, "env_id": env_id, "seed": seed, "command": command,
                              "folder": os.path.join(cli.out, name)})
     return runs
 
 
+def script_path(script):
+    """A script as given (any path, a copy of one of the scripts too), else one of the repository's."""
+    return os.path.abspath(script if os.path.isfile(script) else os.path.join(ROOT, script))
+
+
+def run_folder_name(script, env_id, seed):
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", f"{os.path.splitext(os.path.basename(script))[0]}__{env_id}__{seed}")
+
+
 def start(run):
     state = read_json(os.path.join(run["folder"], "run.json"))
-    command = [sys.executable, os.path.join(ROOT, run["script"]), *run["command"][1:]]
+    command = [sys.executable, script_path(run["script"]), *run["command"][1:]]
     checkpoints = glob.glob(os.path.join(run["folder"], "runs", "*", "checkpoint.pt"))
     if checkpoints:  # an interrupted run continues from its last checkpoint
         command += ["--resume", checkpoints[0]]
@@ -153,23 +163,32 @@ def summarize(out):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      epilog="Flags the runner does not know go to every run unchanged, e.g. --total-timesteps 100000.")
-    parser.add_argument("--scripts", nargs="+", required=True, help="scripts of this repository, e.g. ppo_discrete.py (required)")
+    parser.add_argument("--scripts", nargs="+", required=True, help="script paths, or names of this repository's, e.g. "
+                        "ppo_discrete.py (required)")
     parser.add_argument("--env-ids", nargs="+", required=True, help="gymnasium env ids, e.g. CartPole-v1 (required)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="the seeds of every script and env (default: 1 2 3)")
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help=f"runs at a time (default: the machine's cores, {os.cpu_count()} here)")
     parser.add_argument("--out", default="benchmark_runs/bench", help="folder for the runs and the results table (default: benchmark_runs/bench)")
     cli, script_flags = parser.parse_known_args()
     for script in cli.scripts:
-        if not os.path.isfile(os.path.join(ROOT, script)):
-            parser.error(f"no script {script} in {ROOT}")
+        if not os.path.isfile(script_path(script)):
+            parser.error(f"no script {script} (here or in {ROOT})")
     if cli.workers < 1:
         parser.error("--workers must be at least 1")
-    for flag, values in (("--scripts", cli.scripts), ("--env-ids", cli.env_ids), ("--seeds", cli.seeds)):
+    names = [run_folder_name(script, env_id, seed) for script in cli.scripts for env_id in cli.env_ids for seed in cli.seeds]
+    for flag, values in (("--scripts", [script_path(s) for s in cli.scripts]), ("--env-ids", cli.env_ids), ("--seeds", cli.seeds),
+                         ("the matrix", names)):  # two spellings of one script, or two env ids of one folder name
         if len(set(values)) < len(values):
             parser.error(f"{flag} names {', '.join(sorted({str(v) for v in values if values.count(v) > 1}))} more than once")
     if os.path.exists(cli.out) and not os.path.isdir(cli.out):
         parser.error(f"--out {cli.out} is a file, not a folder")
 
+    os.makedirs(cli.out, exist_ok=True)
+    lock = open(os.path.join(cli.out, "runner.lock"), "w")  # released when the process ends, however it ends
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        sys.exit(f"error: another runner is working in {cli.out}; wait for it, or use another --out")
     runs = planned_runs(cli, script_flags)
     for run in runs:
         state_path = os.path.join(run["folder"], "run.json")

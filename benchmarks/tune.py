@@ -3,10 +3,14 @@
     python benchmarks/tune.py --script ppo_discrete.py --env-ids CartPole-v1 Acrobot-v1 --num-trials 50 --num-seeds 2 --total-timesteps 100000
 
 A trial runs the script once per env and seed with the sampled flags and scores it by the normalized
-return (0 = random policy, 1 = reference; benchmarks/common.py) of each run's last 100 episodes,
-averaged over envs and seeds. After each run the trial reports its mean so far, and the median rule
-prunes a trial that trails the earlier trials at the same point. --num-trials counts the trials of the
-whole study, whichever process ran them.
+return (0 = random policy, 1 = reference; benchmarks/common.py) of each run's last 100 episodes: the mean
+over envs and seeds, or with `--objective min` the worst env's mean over seeds (a setting that must work
+everywhere). After each run the trial reports its score so far, and the median rule prunes a trial that
+trails the earlier trials at the same point. --num-trials counts the trials of the whole study, whichever
+process ran them. The script is any path (a copy of one of the scripts too); the search space follows the
+first env's action space (Discrete or Box). A study is defined by the script, the envs, the budget, the
+seeds, the objective and the extra flags: its default name holds all of them, so trials of other settings
+are never ranked together.
 
 Storage: by default a journal file (<work-dir>/<study-name>.journal), which the processes of one machine
 can share: start the command several times to run trials side by side. With a database URL, e.g.
@@ -17,6 +21,7 @@ the next start (SIGTERM does the same). Flags the tuner does not know go to ever
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -62,8 +67,14 @@ def continuous_space(trial):
     }
 
 
-SEARCH_SPACES = {"ppo_discrete.py": discrete_space, "ppo_continuous.py": continuous_space,
-                 "ppo_vector_sameStep.py": continuous_space}
+def search_space(env_id):
+    """discrete_space or continuous_space, by the env's action space."""
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    discrete = isinstance(env.action_space, gym.spaces.Discrete)
+    env.close()
+    return discrete_space if discrete else continuous_space
 
 
 class TrialFailed(Exception):
@@ -80,7 +91,7 @@ def run_once(trial, params, env_id, seed, cli, script_flags):
     folder = os.path.join(cli.work_dir, cli.study_name, f"trial_{trial.number}", f"{env_id.replace('/', '-')}__{seed}")
     shutil.rmtree(folder, ignore_errors=True)  # a trial queued again after Ctrl-C starts clean
     os.makedirs(folder)
-    command = [sys.executable, os.path.join(ROOT, cli.script), "--env-id", env_id, "--seed", str(seed),
+    command = [sys.executable, cli.script_path, "--env-id", env_id, "--seed", str(seed),
                "--exp-name", f"trial_{trial.number}", "--checkpoint-interval", "0", *as_flags(params), *script_flags]
     if cli.total_timesteps:
         command += ["--total-timesteps", str(cli.total_timesteps)]
@@ -98,24 +109,31 @@ def run_once(trial, params, env_id, seed, cli, script_flags):
 
 def run_trial(study, trial, cli, script_flags):
     """Score the trial's flags on every env and seed; tell the study the result, pruned or failed."""
-    params = SEARCH_SPACES[cli.script](trial)
+    params = cli.search_space(trial)
     runs = [(env_id, seed) for seed in range(1, cli.num_seeds + 1) for env_id in cli.env_ids]
-    scores = []
+    scores = {}
     try:
         for step, (env_id, seed) in enumerate(runs):
-            scores.append(normalized_score(env_id, run_once(trial, params, env_id, seed, cli, script_flags)))
-            trial.report(float(np.mean(scores)), step)
+            scores.setdefault(env_id, []).append(normalized_score(env_id, run_once(trial, params, env_id, seed, cli, script_flags)))
+            trial.report(score(scores, cli.objective), step)
             if step + 1 < len(runs) and trial.should_prune():
                 study.tell(trial, state=TrialState.PRUNED)
-                print(f"trial {trial.number}: pruned after {step + 1} runs at {np.mean(scores):.3f}", flush=True)
+                print(f"trial {trial.number}: pruned after {step + 1} runs at {score(scores, cli.objective):.3f}", flush=True)
                 return
     except TrialFailed as failure:
         trial.set_user_attr("failure", str(failure))
         study.tell(trial, state=TrialState.FAIL)
         print(f"trial {trial.number}: failed: {failure}", flush=True)
         return
-    study.tell(trial, float(np.mean(scores)))
-    print(f"trial {trial.number}: {np.mean(scores):.3f} {' '.join(as_flags(params))}", flush=True)
+    study.tell(trial, score(scores, cli.objective))
+    print(f"trial {trial.number}: {score(scores, cli.objective):.3f} {' '.join(as_flags(params))}", flush=True)
+
+
+def score(scores, objective):
+    """{env: [normalized score of each seed]} -> the mean over all runs, or the lowest of the envs' means."""
+    if objective == "min":
+        return float(min(np.mean(env_scores) for env_scores in scores.values()))
+    return float(np.mean([s for env_scores in scores.values() for s in env_scores]))
 
 
 def used_trials(study, before=None):
@@ -142,12 +160,13 @@ def open_study(cli):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--script", default="ppo_discrete.py", choices=sorted(SEARCH_SPACES))
+    parser.add_argument("--script", default="ppo_discrete.py", help="a path, or the name of one of the scripts")
     parser.add_argument("--env-ids", nargs="+", default=["CartPole-v1"])
     parser.add_argument("--num-trials", type=int, default=50, help="trials in the whole study, over all processes")
     parser.add_argument("--num-seeds", type=int, default=2, help="seeds 1..N per env in every trial")
     parser.add_argument("--total-timesteps", type=int, default=None, help="per run (default: the script's own)")
-    parser.add_argument("--study-name", default=None, help="default: <script>__<env ids>")
+    parser.add_argument("--objective", choices=["mean", "min"], default="mean", help="over envs: the mean, or the worst env")
+    parser.add_argument("--study-name", default=None, help="default: made of every setting that defines the study")
     parser.add_argument("--storage", default=None, help="a database URL, or a journal file (default: <work-dir>/<study-name>.journal)")
     parser.add_argument("--work-dir", default="benchmark_runs/tune", help="the runs' folders and logs")
     cli, script_flags = parser.parse_known_args()
@@ -158,7 +177,13 @@ def main():
         parser.error("--num-trials and --num-seeds must be at least 1")
     if cli.total_timesteps is not None and cli.total_timesteps < 1:
         parser.error(f"--total-timesteps must be positive, got {cli.total_timesteps}")
-    cli.study_name = cli.study_name or f"{os.path.splitext(cli.script)[0]}__{'_'.join(cli.env_ids)}"
+    cli.script_path = cli.script if os.path.isfile(cli.script) else os.path.join(ROOT, cli.script)
+    if not os.path.isfile(cli.script_path):
+        parser.error(f"no script {cli.script} (here or in {ROOT})")
+    cli.script_path, cli.search_space = os.path.abspath(cli.script_path), search_space(cli.env_ids[0])
+    defined_by = [os.path.splitext(os.path.basename(cli.script))[0], "_".join(cli.env_ids), f"{cli.total_timesteps or 'default'}steps",
+                  f"{cli.num_seeds}seeds", cli.objective, *script_flags]
+    cli.study_name = cli.study_name or re.sub(r"[^A-Za-z0-9_.=-]+", "-", "__".join(defined_by)).strip("-")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(cli)
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)  # stopped by SIGTERM as by Ctrl-C: the trial is queued again
@@ -189,6 +214,7 @@ def main():
     budget = f" --total-timesteps {cli.total_timesteps}" if cli.total_timesteps else ""
     for env_id in cli.env_ids:
         print(f"python {cli.script} --env-id {env_id}{budget} {' '.join(as_flags(best.params))} {' '.join(script_flags)}".rstrip())
+    print(f"(study {cli.study_name}: {cli.objective} over envs, {cli.num_seeds} seeds a trial)")
 
 
 if __name__ == "__main__":

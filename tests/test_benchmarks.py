@@ -1,7 +1,10 @@
 """The experiment tooling under benchmarks/: runner, plots and sweeps, on real (tiny) runs of the scripts."""
 
+import fcntl
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -79,11 +82,24 @@ def test_runner_gives_the_message_inside_tyros_error_box_as_the_reason(tmp_path)
     (["--seeds", "1"], "the following arguments are required: --scripts, --env-ids"),
     (["--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--seeds", "1", "1"], "--seeds names 1 more than once"),
     (["--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--out", "a_file"], "--out a_file is a file, not a folder"),
+    (["--scripts", "ppo_discrete.py", "./ppo_discrete.py", "--env-ids", "CartPole-v1"], "ppo_discrete.py more than once"),
+    (["--scripts", "ppo_discrete.py", "--env-ids", "a/B-v0", "a-B-v0", "--seeds", "1"],
+     "the matrix names ppo_discrete__a-B-v0__1 more than once"),
 ])
 def test_runner_refuses_bad_input_in_one_line(tmp_path, args, message):
     (tmp_path / "a_file").write_text("")
     output, _ = tool("run.py", *args, cwd=tmp_path).communicate(timeout=60)
     assert output.strip().splitlines()[-1].endswith(message) and "Traceback" not in output, output
+
+
+def test_a_second_runner_on_the_same_folder_is_refused(tmp_path):
+    (tmp_path / "out").mkdir()
+    with open(tmp_path / "out" / "runner.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a first runner holds it
+        output, _ = tool("run.py", "--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--out", "out",
+                         cwd=tmp_path).communicate(timeout=60)
+    assert output.strip().splitlines()[-1] == "error: another runner is working in out; wait for it, or use another --out", output
+    assert os.listdir(tmp_path / "out") == ["runner.lock"]
 
 
 def test_runner_help_shows_defaults_and_where_unknown_flags_go(tmp_path):
@@ -304,6 +320,18 @@ def test_learning_runs_seeds_through_the_runner_and_finds_the_threshold(tmp_path
                   "--total-timesteps", "1024", "--out", str(tmp_path / "out"), cwd=tmp_path).communicate(timeout=300)[0]
     rows = [line.split("|") for line in output.splitlines() if line.startswith("| 1 ") or line.startswith("| 2 ")]
     assert len(rows) == 2 and all(int(row[2].replace(",", "")) > 0 for row in rows), output  # a random policy lasts 5 steps
-    assert sorted(os.listdir(tmp_path / "out")) == ["ppo_discrete__CartPole-v1__1", "ppo_discrete__CartPole-v1__2",
-                                                    "results.csv", "results.md"]
+    assert sorted(os.listdir(tmp_path / "out")) == ["ppo_discrete__CartPole-v1__1", "ppo_discrete__CartPole-v1__2", "results.csv",
+                                                    "results.md", "runner.lock"]
     assert "CartPole-v1, ppo_discrete.py: last-100 mean" in output
+
+
+def test_a_sweep_takes_a_copied_script_and_keys_its_study_by_every_setting(tmp_path):
+    shutil.copy(os.path.join(ROOT, "ppo_discrete.py"), tmp_path / "my_experiment.py")
+    names = []
+    for steps in ("512", "1024"):
+        output = tool("tune.py", "--script", "my_experiment.py", "--env-ids", "CartPole-v1", "--num-trials", "1", "--num-seeds", "1",
+                      "--total-timesteps", steps, "--num-envs", "1", "--work-dir", str(tmp_path / "work"), cwd=tmp_path).communicate(timeout=300)[0]
+        assert f"python my_experiment.py --env-id CartPole-v1 --total-timesteps {steps} --learning-rate" in output, output
+        names.append(re.search(r"\(study (\S+): mean over envs, 1 seeds a trial\)", output).group(1))
+    assert names == ["my_experiment__CartPole-v1__512steps__1seeds__mean__--num-envs__1",
+                     "my_experiment__CartPole-v1__1024steps__1seeds__mean__--num-envs__1"]  # two studies, not one

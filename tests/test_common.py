@@ -247,6 +247,11 @@ def test_a_fault_part_way_through_an_update_keeps_exactly_the_last_complete_iter
         torch.testing.assert_close(saved[key], reference[key], rtol=0, atol=0)
 
 
+def test_an_exp_name_that_is_a_path_keeps_the_run_inside_runs(ppo, in_tmp):
+    path = ppo.train(short_args(ppo, exp_name="/../../escape", total_timesteps=512))
+    assert os.path.dirname(os.path.dirname(os.path.abspath(path))) == os.path.abspath("runs")
+
+
 def test_a_signal_during_the_last_iteration_finishes_the_run(ppo, in_tmp, monkeypatch):
     compute_advantages, calls = ppo.compute_advantages, []
 
@@ -355,14 +360,15 @@ def test_a_checkpoint_written_before_scripts_were_recorded_is_still_told_apart(c
         ppo_vector_sameStep.evaluate(args, checkpoint)
 
 
-def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(ppo, tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=["Ctrl-C", "closed terminal"])
+def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(ppo, signum, tmp_path):
     flags = ["--env-id", short_args(ppo).env_id, "--total-timesteps", "10000000", "--checkpoint-interval", "0"]
     process = start(f"{ppo.__name__}.py", *flags, cwd=tmp_path, stderr=subprocess.PIPE, start_new_session=True)
     wait_for(lambda: glob.glob(str(tmp_path / "runs" / "*" / "events.*")), timeout=60)
     time.sleep(1.0)  # let it train for a moment
-    os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: to every process of the group (workers too)
+    os.killpg(process.pid, signum)  # as a terminal does: to every process of the group (workers too)
     stdout, stderr = process.communicate(timeout=120)
-    assert process.returncode == 128 + signal.SIGINT
+    assert process.returncode == 128 + signum
     assert "Traceback" not in stderr
     assert "Resume with: " in stdout and "--resume" in stdout
     checkpoint = torch.load(glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt"))[0], weights_only=True)

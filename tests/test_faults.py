@@ -144,8 +144,10 @@ FAULTS = [
     Fault("env whose renderer does not load", r"cannot make env 'test/BrokenRenderer-v0': AttributeError: .*eglQueryString'; "
           r"MUJOCO_GL=egl is set: can this machine render that way\?", ("--env-id", "test/BrokenRenderer-v0"),
           fault=mujoco_gl_egl),
-    Fault("unknown env, MUJOCO_GL set", r"cannot make env 'NoSuchEnv-v0': NameNotFound: [^;]*$", ("--env-id", "NoSuchEnv-v0"),
-          fault=mujoco_gl_egl),  # a typo gets no hint about rendering
+    Fault("unknown env, MUJOCO_GL set", r"cannot make env 'NoSuchEnv-v0': NameNotFound: [^;]*; for an env of your own file, "
+          r"name its module: --env-id my_module:MyEnv-v0$", ("--env-id", "NoSuchEnv-v0"), fault=mujoco_gl_egl),  # no rendering hint
+    Fault("module of an env id that does not import", r"cannot make env 'no_such_module:Env-v0': ModuleNotFoundError: .*; "
+          r"is no_such_module.py in .* or on PYTHONPATH\?", ("--env-id", "no_such_module:Env-v0")),
     Fault("unknown env and bad sizes", r"cannot make env 'NoSuchEnv-v0'", ("--env-id", "NoSuchEnv-v0", "--num-minibatches", "7")),
     Fault("wrong action space", r"has a (Box|Discrete|MultiBinary) action space; "
           r"(ppo_discrete.py needs Discrete \(use ppo_continuous.py\)|ppo_continuous.py needs Box \(use ppo_discrete.py\)|ppo_vector_sameStep.py takes Discrete or Box)",
@@ -167,6 +169,16 @@ FAULTS = [
     *[Fault(f"damaged checkpoint: {key} = {value!r}", rf"damaged.pt is damaged: wrong type of {key}", checkpoint=("damaged", part, key, value))
       for part, key, value in [("args", "num_envs", "four"), ("args", "learning_rate", "fast"), ("args", "norm_adv", 1),
                                (None, "global_step", 1.5), (None, "rng_state", [1, 2, 3]), (None, "model", "weights")]],
+    Fault("damaged checkpoint: a run name that is a path", r"damaged.pt is damaged: its run name or step counters are not those of a run",
+          checkpoint=("damaged", None, "run_name", "../../../escape")),
+    Fault("damaged checkpoint: iteration and step disagree", r"damaged.pt is damaged: its run name or step counters",
+          checkpoint=("damaged", None, "iteration", 7)),
+    Fault("checkpoint with non-finite weights", r"damaged.pt holds non-finite weights", checkpoint=("nan weights",)),
+    Fault("checkpoint whose env id imports a module", r"the checkpoint's env json:Env-v0 imports a module: allow it by naming it, "
+          r"--env-id json:Env-v0", checkpoint=("damaged", "args", "env_id", "json:Env-v0")),
+    Fault("resume of an older copy of the folder's checkpoint", r"runs/own/checkpoint.pt is at step 1024, not at the step 512 of "
+          r"runs/own/backup.pt: resume runs/own/checkpoint.pt, or give runs/own/backup.pt a folder of its own",
+          ("--total-timesteps", "4096"), checkpoint=("older copy",), only_resume=True),
     Fault("resume with another batch", r"a resumed run keeps its batch", ("--num-envs", "3", "--total-timesteps", "4096"), checkpoint=("own",), only_resume=True),
     Fault("resume of a finished run", r"the checkpoint is at step 512: pass a --total-timesteps beyond it", checkpoint=("own",), only_resume=True),
     # failing envs
@@ -232,15 +244,24 @@ def checkpoint_file(kind, ppo, checkpoints_of_each_script):
     if name in ("list", "foreign"):
         torch.save([1, 2, 3] if name == "list" else {"model": {}}, f"{name}.pt")
         return f"{name}.pt"
-    if name == "damaged":
-        _, part, key, value = kind
+    if name in ("damaged", "nan weights"):
         checkpoint = torch.load(checkpoints_of_each_script[ppo.__name__], weights_only=True)
-        (checkpoint[part] if part else checkpoint)[key] = value
+        if name == "nan weights":
+            next(iter(checkpoint["model"].values())).fill_(float("nan"))
+        else:
+            _, part, key, value = kind
+            (checkpoint[part] if part else checkpoint)[key] = value
         torch.save(checkpoint, "damaged.pt")
         return "damaged.pt"
     source = checkpoints_of_each_script[kind[1].__name__ if name == "of" else ppo.__name__]
     os.makedirs("runs/own")  # a copy in a run folder of this test's own: resuming writes there
     shutil.copy(source, "runs/own/checkpoint.pt")
+    if name == "older copy":  # backup.pt at step 512; the run went on, its checkpoint.pt is at step 1024
+        shutil.copy(source, "runs/own/backup.pt")
+        checkpoint = torch.load(source, weights_only=True)
+        checkpoint.update(global_step=1024, iteration=2 * checkpoint["iteration"])
+        torch.save(checkpoint, "runs/own/checkpoint.pt")
+        return "runs/own/backup.pt"
     return "runs/own/checkpoint.pt"
 
 

@@ -2,13 +2,16 @@
 
 import glob
 import os
+import re
+import shlex
+import shutil
 from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import scalars, short_args
+from conftest import ROOT, scalars, short_args, start
 
 import ppo_continuous as ppo
 
@@ -140,3 +143,17 @@ def test_pendulum_learns(in_tmp):
     returns = [value for _, value in scalars(os.path.dirname(path))["charts/episodic_return"]]
     assert np.mean(returns[-20:]) > -900  # seed 1 (this test) reaches -615 here, seed 2 -674
 
+
+
+def test_the_readme_own_environment_example_runs_as_written(tmp_path):
+    """The README's "Your own environment": its file next to a copy of the script, its command (fewer steps)."""
+    section = open(os.path.join(ROOT, "README.md")).read().split("## Your own environment")[1].split("\n## ")[0]
+    (tmp_path / "my_envs.py").write_text(re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1))
+    shutil.copy(os.path.join(ROOT, "ppo_continuous.py"), tmp_path)
+    command = re.search(r"^    python (ppo_continuous.py --env-id my_envs:.*)$", section, re.MULTILINE).group(1)
+    flags = shlex.split(command.replace("--total-timesteps 50000", "--total-timesteps 2048"))[1:]  # as the shell splits it
+    process = start(str(tmp_path / "ppo_continuous.py"), *flags, cwd=tmp_path)
+    output = process.communicate(timeout=300)[0]
+    assert process.returncode == 0, output
+    (run,) = glob.glob(str(tmp_path / "runs" / "my_envs-PointReach-v0__ppo_continuous__1__*"))
+    assert ppo.load_checkpoint(os.path.join(run, "checkpoint.pt"))["args"]["env_kwargs"] == '{"size": 2.0}'
