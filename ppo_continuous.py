@@ -616,8 +616,7 @@ class Run:
     def guard(self, envs, state):
         """Restores `state` on resume, opens TensorBoard and catches signals; on any fault applies the rule."""
         args, self.state, excepthook = self.args, state, threading.excepthook
-        handlers = {sig: signal.signal(sig, lambda signum, _: self.stop_signal.append(signum))  # finish the iteration,
-                    for sig in STOP_SIGNALS}  # save, exit
+        handlers = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}
         # TensorBoard writes from a thread; a failed write is said once, in one line, by fail_with
         threading.excepthook = lambda hook: isinstance(hook.exc_value, OSError) or threading.__excepthook__(hook)
         try:
@@ -652,6 +651,12 @@ class Run:
             self.lock.close()
         print(f"done: {self.global_step:,} steps; checkpoint at {self.checkpoint_path}")
 
+    def on_signal(self, signum, frame):
+        """A first signal: finish the iteration, save, exit. A second one: stop now (an env that hangs), by the rule."""
+        self.stop_signal.append(signum)
+        if len(self.stop_signal) > 1:
+            raise KeyboardInterrupt
+
     def fail_with(self, error):
         """The fault rule: save the last complete iteration of this start (if any), then one line."""
         where, outcome = f"in the iteration after step {self.global_step}", "nothing new to save"
@@ -672,6 +677,8 @@ class Run:
             fail(f"non-finite {error} {where}; {outcome}")
         if isinstance(error, OSError):  # TensorBoard's events could not be written (a full disk)
             fail(f"cannot write the TensorBoard events in {self.dir}: {error.strerror or error}; {outcome}")
+        if isinstance(error, KeyboardInterrupt):
+            fail(f"stopped by a second signal {where}; {outcome}")
         print(f"\n{SCRIPT} stopped by {type(error).__name__} {where}; {outcome}", file=sys.stderr)
         raise error  # neither the env's nor the disk's fault: show where it happened
 

@@ -21,10 +21,11 @@ class ConstantRewardEnv(gym.Env):
     if that is set, else runs until a TimeLimit wrapper truncates it. Optionally emits one bad reward.
     Discrete(2) actions, or with box_actions=True a Box with bounds that differ per dimension; the actions
     it receives are kept in `received_actions`. count_steps=True: the observation is the step count in
-    the episode instead. crash_at / hang_at: raise / stop answering at that step of the env's life."""
+    the episode instead. crash_at / hang_at: raise / stop answering at that step of the env's life.
+    final_shape: the last observation of an episode has this shape instead."""
 
     def __init__(self, terminate_after=None, bad_reward_at=None, bad_reward=float("nan"), box_actions=False,
-                 count_steps=False, crash_at=None, hang_at=None):
+                 count_steps=False, crash_at=None, hang_at=None, final_shape=None):
         self.observation_space = gym.spaces.Box(-1.0, 1000.0, (1,), np.float32)
         if box_actions:
             self.action_space = gym.spaces.Box(np.array([-0.4, 0.0], np.float32), np.array([0.4, 2.0], np.float32))
@@ -33,7 +34,7 @@ class ConstantRewardEnv(gym.Env):
         self.terminate_after = terminate_after
         self.bad_reward_at = bad_reward_at
         self.bad_reward = bad_reward
-        self.count_steps, self.crash_at, self.hang_at = count_steps, crash_at, hang_at
+        self.count_steps, self.crash_at, self.hang_at, self.final_shape = count_steps, crash_at, hang_at, final_shape
         self.steps = 0
         self.total_steps = 0
         self.received_actions = []
@@ -56,7 +57,8 @@ class ConstantRewardEnv(gym.Env):
             time.sleep(600)
         reward = self.bad_reward if self.total_steps == self.bad_reward_at else 1.0
         terminated = self.terminate_after is not None and self.steps >= self.terminate_after
-        return self.observation(), reward, terminated, False, {}
+        observation = np.zeros(self.final_shape, np.float32) if terminated and self.final_shape else self.observation()
+        return observation, reward, terminated, False, {}
 
 
 
@@ -103,7 +105,11 @@ for suffix, box in (("", False), ("Box", True)):
 gym.register("test/CountingTruncated-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"count_steps": True})
 gym.register("test/Crashing-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"crash_at": 300})
 gym.register("test/CrashingBox-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"crash_at": 300, "box_actions": True})
-gym.register("test/Hanging-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"hang_at": 300})
+for suffix, box in (("", False), ("Box", True)):
+    gym.register(f"test/Hanging{suffix}-v0", entry_point=ConstantRewardEnv, max_episode_steps=20,
+                 kwargs={"hang_at": 300, "box_actions": box})
+    gym.register(f"test/ShapeShifting{suffix}-v0", entry_point=ConstantRewardEnv,
+                 kwargs={"terminate_after": 20, "final_shape": (2,), "box_actions": box})
 
 
 def broken_renderer():

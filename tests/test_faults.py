@@ -14,8 +14,10 @@ import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -81,6 +83,14 @@ def nan_loss_in_the_second_update(monkeypatch):
             return (value * float("nan") if len(calls) == 16 + 3 else value), stats
 
         monkeypatch.setattr(ppo, "ppo_loss", loss)
+
+
+def two_signals_while_the_env_hangs(monkeypatch):
+    """Ctrl-C twice, 2 and 2.5 s after the start: the first finds the env hanging, the second stops the run."""
+    for delay in (2.0, 2.5):
+        timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+        timer.daemon = True
+        timer.start()
 
 
 def runs_is_a_file(monkeypatch):
@@ -202,6 +212,11 @@ FAULTS = [
           ("--env-id", "test/HugeReward-v0"), scripts=(ppo_discrete,)),
     Fault("NaN loss in the first iteration", r"non-finite loss in the iteration after step 0; nothing new to save",
           ("--env-id", "{env:HugeReward}", "--no-norm-reward"), scripts=BOX),  # reward scaling would tame the huge reward
+    Fault("env that hangs, stopped by a second Ctrl-C", r"stopped by a second signal in the iteration after step \d+; checkpoint of "
+          r"the last complete iteration \(step \d+\) saved", ("--env-id", "{env:Hanging}", "--total-timesteps", "4096",
+          "--checkpoint-interval", "0"), fault=two_signals_while_the_env_hangs, progress=True, resume_env="ConstantTruncated"),
+    Fault("final observation of another shape", r"test/ShapeShifting(Box)?-v0 (raised ValueError: .*|returned a final observation of a "
+          r"shape other than \(1,\)) in the iteration after step 0; nothing new to save", ("--env-id", "{env:ShapeShifting}")),
     Fault("NaN loss part-way through an update", r"non-finite loss in the iteration after step 512; checkpoint of the last "
           r"complete iteration \(step 512\) saved", ("--checkpoint-interval", "0"), fault=nan_loss_in_the_second_update,
           progress=True),
