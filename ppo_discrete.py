@@ -13,6 +13,7 @@ Below the "Run safety" banner: checks, checkpoints, run folder, faults, progress
 import contextlib
 import copy
 import fcntl
+import glob
 import importlib.util
 import json
 import math
@@ -383,6 +384,7 @@ def check_args(args):
         (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0, "--gamma and --gae-lambda must lie in [0, 1]"),
         (min(args.vf_coef, args.checkpoint_interval) >= 0, "--vf-coef and --checkpoint-interval must not be negative"),
         (kl is None or kl > 0, f"--target-kl must be positive (or left out), got {kl}"),
+        (args.hidden_size <= 8192, f"--hidden-size {args.hidden_size} would not fit in memory: at most 8192"),
         (not args.track or importlib.util.find_spec("wandb"), "--track needs wandb: pip install wandb"),
     ]:
         if not ok:
@@ -463,6 +465,8 @@ def restore(checkpoint, state, env_id):
 
 def parse_args():
     """Command-line flags; with --resume or --eval-checkpoint the checkpoint's settings are the defaults."""
+    sys.argv = [f"{float(a):.0f}" if re.fullmatch(r"\d+(\.\d*)?e\d+", a) and float(a).is_integer() else a
+                for a in sys.argv]  # --total-timesteps 1e6: a whole number in float notation is taken for an int
     args = tyro.cli(Args)
     checkpoint = None
     if args.resume or args.eval_checkpoint:
@@ -645,7 +649,8 @@ class Run:
         except (OSError, RuntimeError) as e:  # a folder that cannot be written; a full disk (torch.save: RuntimeError)
             with contextlib.suppress(OSError):
                 os.remove(tmp_path)
-            reason = getattr(e, "strerror", None) or "the write failed (is the disk full?)"
+            reason = (getattr(e, "strerror", None) or "the write failed (is the disk full?)" if os.path.isdir(self.dir)
+                      else "the run folder is gone")
             fail(f"cannot write checkpoint {self.checkpoint_path}: {reason}; the previous one, if any, is intact")
 
 
@@ -686,6 +691,8 @@ def open_run_folder(args, checkpoint):
         fail(f"another process is training {folder}; resume it once that process has stopped")
     except OSError as e:
         fail(f"cannot write in the run folder {folder}: {e.strerror or e}")
+    for stale in glob.glob(os.path.join(glob.escape(folder), "checkpoint.pt.*.tmp")):  # of killed processes; ours now
+        os.remove(stale)
     return name, folder, lock
 
 

@@ -137,6 +137,14 @@ def short_args(ppo, **overrides):
     return ppo.Args(**{"total_timesteps": 1024, "checkpoint_interval": 1, "cuda": False, **SHORT_RUNS[ppo.__name__], **overrides})
 
 
+def short_flags(ppo):
+    """A run of 1024 steps in two iterations with a checkpoint after each (as short_args), as a command line."""
+    flags = ["--total-timesteps", "1024", "--checkpoint-interval", "1", "--no-cuda"]
+    for name, value in SHORT_RUNS[ppo.__name__].items():
+        flags += [f"--{name.replace('_', '-')}", str(value)]
+    return flags
+
+
 @pytest.fixture(scope="session")
 def checkpoints_of_each_script(tmp_path_factory):
     """{script module name: the checkpoint of a 512-step run of that script}, made once for all tests."""

@@ -10,7 +10,7 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import constructed_env_id, scalars, short_args, start, wait_for
+from conftest import constructed_env_id, scalars, short_args, short_flags, start, wait_for
 
 import ppo_continuous
 import ppo_discrete
@@ -245,6 +245,17 @@ def test_a_fault_part_way_through_an_update_keeps_exactly_the_last_complete_iter
     assert saved["global_step"] == 512 and saved["run_name"] != reference["run_name"]
     for key in ("model", "optimizer", "rng_state"):
         torch.testing.assert_close(saved[key], reference[key], rtol=0, atol=0)
+
+
+def test_total_timesteps_in_float_notation_and_stale_temporary_files(ppo, in_tmp, monkeypatch):
+    """--total-timesteps 1e3 is a number of steps; a resume removes the temporary files that killed processes left."""
+    monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", *short_flags(ppo), "--total-timesteps", "1.024e3"])
+    args, _ = ppo.parse_args()
+    assert args.total_timesteps == 1024
+    path = ppo.train(args)
+    open(f"{path}.12345.tmp", "w").close()
+    ppo.train(ppo.Args(**{**vars(args), "total_timesteps": 2048, "resume": path}), ppo.load_checkpoint(path))
+    assert not glob.glob(f"{path}.*.tmp")
 
 
 def test_an_exp_name_that_is_a_path_keeps_the_run_inside_runs(ppo, in_tmp):

@@ -24,7 +24,7 @@ from typing import Callable, Optional
 
 import pytest
 import torch
-from conftest import SHORT_RUNS, constructed_env_id, start, wait_for
+from conftest import constructed_env_id, short_flags, start, wait_for
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
@@ -93,6 +93,18 @@ def two_signals_while_the_env_hangs(monkeypatch):
         timer.start()
 
 
+def run_folder_deleted_after_the_first_checkpoint(monkeypatch):
+    real_save, calls = torch.save, []
+
+    def save(obj, path, *args, **kwargs):
+        calls.append(path)
+        if len(calls) == 2:
+            shutil.rmtree(os.path.dirname(path))
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", save)
+
+
 def runs_is_a_file(monkeypatch):
     with open("runs", "w") as f:
         f.write("a file where the folder should be")
@@ -144,6 +156,7 @@ FAULTS = [
     Fault("zero max grad norm", r"--max-grad-norm must be positive", ("--max-grad-norm", "0")),
     Fault("negative value coefficient", r"--vf-coef and --checkpoint-interval must not be negative", ("--vf-coef", "-0.5")),
     Fault("negative target KL", r"--target-kl must be positive", ("--target-kl", "-0.01")),
+    Fault("a network too big for memory", r"--hidden-size 1000000 would not fit in memory: at most 8192", ("--hidden-size", "1000000")),
     Fault("no evaluation episodes", r"--eval-episodes must be positive", ("--eval-episodes", "0")),
     Fault("env kwargs that are not JSON", r"--env-kwargs is not valid JSON", ("--env-kwargs", "{bad")),
     Fault("env kwargs that are not an object", r"--env-kwargs must be a JSON object", ("--env-kwargs", "[1]")),
@@ -221,6 +234,8 @@ FAULTS = [
           r"complete iteration \(step 512\) saved", ("--checkpoint-interval", "0"), fault=nan_loss_in_the_second_update,
           progress=True),
     # folders and disks
+    Fault("run folder deleted mid-run", r"cannot write checkpoint .*checkpoint.pt: the run folder is gone",
+          fault=run_folder_deleted_after_the_first_checkpoint),
     Fault("runs/ cannot be made", r"cannot create the run folder runs/.*: Not a directory", fault=runs_is_a_file),
     Fault("run folder cannot be written", r"cannot write in the run folder runs/own: Is a directory",
           ("--total-timesteps", "2048"), checkpoint=("own",), only_resume=True, fault=run_folder_not_writable),
@@ -231,14 +246,6 @@ FAULTS = [
     Fault("TensorBoard write fails", r"cannot write the TensorBoard events in runs/.*: No space left on device; checkpoint of the last complete "
           r"iteration \(step \d+\) saved", ("--total-timesteps", "2048"), fault=tensorboard_disk_full_after_first_checkpoint, progress=True),
 ]
-
-
-def short_flags(ppo):
-    """A run of 1024 steps in two iterations with a checkpoint after each (as conftest.short_args)."""
-    flags = ["--total-timesteps", "1024", "--checkpoint-interval", "1", "--no-cuda"]
-    for name, value in SHORT_RUNS[ppo.__name__].items():
-        flags += [f"--{name.replace('_', '-')}", str(value)]
-    return flags
 
 
 def fill_in(text, ppo):
