@@ -437,10 +437,10 @@ def train(args, checkpoint=None):
 # ==================== Run safety: nothing below changes what PPO computes ====================
 
 SCRIPT = os.path.basename(__file__)  # recorded in every checkpoint: a copy of this file is a script of its own
-# A checkpoint holds one state_dict per entry of train()'s `state`, and these fields; nothing else is read from it.
 # Ctrl-C, kill, a closed terminal, Ctrl-\, a scheduler's warning or CPU limit: each finishes the iteration and saves
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
                 signal.SIGXCPU)
+# A checkpoint holds one state_dict per entry of train()'s `state`, and these fields; nothing else is read from it.
 CHECKPOINT_SCHEMA = {"global_step": int, "iteration": int, "args": dict, "run_name": str, "rng_state": torch.Tensor}
 
 
