@@ -10,7 +10,8 @@ Writes three PNGs:
 - aggregate.png: per script, the interquartile mean (IQM) of the normalized final scores over all its
   envs and seeds, with a 95% stratified bootstrap confidence interval (seeds resampled within each env).
   Normalized: 0 = random policy, 1 = reference return (see benchmarks/common.py); envs without a
-  score range are left out of the aggregate.
+  score range are left out of the aggregate (the console says which). When no env has one, aggregate.png
+  shows the raw final return of every run instead, one panel per env.
 The TensorBoard event files are read with TensorBoard's own EventAccumulator, the bootstrap is SciPy's.
 """
 
@@ -99,7 +100,30 @@ def interquartile_mean(*scores_per_env, axis=-1):
     return stats.trim_mean(np.concatenate(scores_per_env, axis=axis), 0.25, axis=axis)
 
 
+def plot_final_returns(runs, path):
+    """The raw final return of every run (dots) and their mean (a bar) per script, one panel per env."""
+    envs = sorted({env_id for _, env_id in runs})
+    figure, panels = plt.subplots(1, len(envs), figsize=(1.5 + 3.5 * len(envs), 3.5), squeeze=False)
+    for panel, env_id in zip(panels[0], envs):
+        scripts = sorted(script for script, env in runs if env == env_id)
+        for position, script in enumerate(scripts):
+            finals = [run["final_return"] for run in runs[(script, env_id)]]
+            panel.scatter([position] * len(finals), finals, alpha=0.6)
+            panel.scatter([position], [np.mean(finals)], color="black", marker="_", s=600)
+        panel.set_xticks(range(len(scripts)), scripts, fontsize="small")
+        panel.set_title(env_id)
+        panel.set_ylabel("final return (raw, last 100 episodes)")
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
 def plot_aggregate(runs, path):
+    """IQM of normalized scores per script, over the envs that have a score range; {label: IQM}. Without any such
+    env, the raw final returns (plot_final_returns) and {}."""
+    if not any(env_id in SCORE_RANGES for _, env_id in runs):
+        plot_final_returns(runs, path)
+        return {}
     scripts = sorted({script for script, _ in runs})
     labels, iqms, lows, highs = [], [], [], []
     for script in scripts:
@@ -148,9 +172,18 @@ def main():
     os.makedirs(out, exist_ok=True)
     plot_curves(runs, lambda run: run["steps"] / 1000, "env steps (thousands)", os.path.join(out, "curves_steps.png"))
     plot_curves(runs, lambda run: (run["wall_times"] - run["start_time"]) / 60, "wall-clock time (min)", os.path.join(out, "curves_time.png"))
-    for label, iqm in plot_aggregate(runs, os.path.join(out, "aggregate.png")).items():
-        print(f"IQM {iqm:.2f}: {label.replace(chr(10), ' on ')}")
-    print(f"written: {out}/curves_steps.png, curves_time.png, aggregate.png")
+    envs = sorted({env_id for _, env_id in runs})
+    unscored = [env_id for env_id in envs if env_id not in SCORE_RANGES]
+    print(f"curves_steps.png: the return against env steps, one panel per env ({', '.join(envs)})")
+    print("curves_time.png: the same against wall-clock time")
+    iqms = plot_aggregate(runs, os.path.join(out, "aggregate.png"))
+    if not iqms:
+        print("aggregate.png: the raw final return of every run, one panel per env (no env has a reference score)")
+    for label, iqm in iqms.items():
+        print(f"aggregate.png: IQM {iqm:.2f} of the normalized scores of {label.replace(chr(10), ' on ')}")
+    if unscored and iqms:
+        print(f"left out of aggregate.png: {', '.join(unscored)} (no reference score in benchmarks/common.py)")
+    print(f"written to {out}")
 
 
 if __name__ == "__main__":

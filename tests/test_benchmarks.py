@@ -180,6 +180,15 @@ def test_plots_have_one_panel_per_env_from_real_runs(bench_runs, tmp_path):
     assert sorted(labelled) == [(label, env) for label in ("defaults", "tuned") for env in ("Acrobot-v1", "CartPole-v1")]
 
 
+def test_the_aggregate_of_envs_without_a_reference_score_shows_raw_returns(tmp_path, monkeypatch):
+    runs = {(script, env_id): [{"final_return": value} for value in (1.0, 2.0, 4.0)]
+            for script in ("a.py", "b.py") for env_id in ("MyEnv-v0", "OtherEnv-v0")}
+    saved = []  # the panels of each figure written, by their titles
+    monkeypatch.setattr(plot.plt.Figure, "savefig", lambda figure, *args, **kwargs: saved.append([a.get_title() for a in figure.axes]))
+    assert plot.plot_aggregate(runs, str(tmp_path / "aggregate.png")) == {}
+    assert saved == [["MyEnv-v0", "OtherEnv-v0"]]  # one panel per env, not an empty aggregate
+
+
 def test_smoothed_curve_and_iqm_match_brute_force():
     rng = np.random.default_rng(0)
     steps, returns = np.sort(rng.choice(10_000, 50, replace=False)), rng.normal(size=50)

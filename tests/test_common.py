@@ -2,6 +2,7 @@
 
 import glob
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -299,14 +300,19 @@ def test_evaluation_cuts_episodes_that_never_end(ppo, in_tmp, capsys):
 
 def test_evaluation_films_every_episode_and_takes_neither_video_nor_sampling_from_training(ppo, in_tmp, capsys, monkeypatch):
     path = ppo.train(short_args(ppo, total_timesteps=512, capture_video=True))
+    assert f"videos of env 0 go to videos/{os.path.basename(os.path.dirname(path))}" in capsys.readouterr().out
     monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--eval-checkpoint", path, "--eval-episodes", "3"])
     args, checkpoint = ppo.parse_args()
     assert not args.capture_video and not args.eval_sample  # the training run filmed; its evaluation need not
     monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--eval-checkpoint", path, "--eval-episodes", "3", "--capture-video"])
     capsys.readouterr()
     ppo.evaluate(*ppo.parse_args())
-    assert "deterministic policy" in capsys.readouterr().out
-    assert len(glob.glob("videos/*-eval/*.mp4")) == 3  # gymnasium's default schedule would keep episodes 0 and 1 only
+    output = capsys.readouterr().out
+    assert "deterministic policy" in output
+    videos = sorted(glob.glob("videos/*-eval/*.mp4"))
+    assert len(videos) == 3  # gymnasium's default schedule would keep episodes 0 and 1 only
+    shown = re.findall(r"^episode (\d): return -?[\d.]+, \d+ steps, (\S+)$", output, re.MULTILINE)  # one line an episode
+    assert [int(number) for number, _ in shown] == [1, 2, 3] and sorted(video for _, video in shown) == videos
     monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--eval-checkpoint", path, "--eval-episodes", "1", "--eval-sample"])
     ppo.evaluate(*ppo.parse_args())
     assert "actions sampled from the policy" in capsys.readouterr().out
