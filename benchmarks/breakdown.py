@@ -22,28 +22,29 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = "<script>"  # stands for the profiled script's file in the tables below
 
 # made by train() before its loop: the env, the network, the optimizer, the run (its folder; TensorBoard's writer on entering
 # its guard)
-SETUP = [("ppo_", "make_envs"), ("ppo_", "__init__"), ("adam.py", "__init__"), ("contextlib.py", "__enter__")]
+SETUP = [(SCRIPT, "make_envs"), (SCRIPT, "__init__"), ("adam.py", "__init__"), ("contextlib.py", "__enter__")]
 # phase: the functions (file name fragment, function name) whose time counts, each only where train() calls it
 PHASES = {
-    "env steps": [("ppo_", "step")],  # the scripts' CheckedEnvs wrapper around the vector env
-    "policy in the rollout": [("ppo_", "get_action")],
-    "normalization and reward scaling": [("ppo_", "normalize_obs"), ("ppo_", "scale")],
-    "values and GAE": [("ppo_", "get_value"), ("ppo_", "compute_advantages"), ("ppo_", "real_transitions")],
-    "update": [("ppo_", "ppo_loss"), ("_tensor.py", "backward"), ("clip_grad.py", "_no_grad_wrapper"),
+    "env steps": [(SCRIPT, "step")],  # the scripts' CheckedEnvs wrapper around the vector env
+    "policy in the rollout": [(SCRIPT, "get_action")],
+    "normalization and reward scaling": [(SCRIPT, "normalize_obs"), (SCRIPT, "scale")],
+    "values and GAE": [(SCRIPT, "get_value"), (SCRIPT, "compute_advantages"), (SCRIPT, "real_transitions")],
+    "update": [(SCRIPT, "ppo_loss"), ("_tensor.py", "backward"), ("clip_grad.py", "_no_grad_wrapper"),
                ("optimizer.py", "wrapper"), ("_compile.py", "inner")],
-    "logging, state copy and checkpoints": [("ppo_", "log_episode"), ("ppo_", "end_iteration")],
+    "logging, state copy and checkpoints": [(SCRIPT, "log_episode"), (SCRIPT, "end_iteration")],
 }
 
 
-def seconds_called_from_train(stats, file_fragment, function):
+def seconds_called_from_train(stats, file_fragment, function, script):
     """Seconds in `function` (of a file whose path contains file_fragment), with what it calls, where train() calls it."""
-    total = 0.0
+    file_fragment, total = script if file_fragment == SCRIPT else file_fragment, 0.0
     for (filename, _, name), (_, _, _, _, callers) in stats.stats.items():
         if name == function and file_fragment in filename:
-            total += sum(entry[3] for (caller_file, _, caller), entry in callers.items() if caller == "train" and "ppo_" in caller_file)
+            total += sum(entry[3] for (caller_file, _, caller), entry in callers.items() if caller == "train" and script in caller_file)
     return total
 
 
@@ -51,9 +52,9 @@ def main():
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         print(__doc__)
         raise SystemExit(0 if len(sys.argv) > 1 else 2)
-    script = os.path.join(ROOT, sys.argv[1])
+    script = sys.argv[1] if os.path.isfile(sys.argv[1]) else os.path.join(ROOT, sys.argv[1])  # any path, or one of ours
     if not os.path.isfile(script):
-        raise SystemExit(f"error: no script {sys.argv[1]} in {ROOT}")
+        raise SystemExit(f"error: no script {sys.argv[1]} (here or in {ROOT})")
     flags = sys.argv[2:] if "--checkpoint-interval" in sys.argv else [*sys.argv[2:], "--checkpoint-interval", "0"]
     sys.argv = [script, *flags]
     profiler = cProfile.Profile()
@@ -66,10 +67,12 @@ def main():
     whole = time.perf_counter() - start
     stats = pstats.Stats(profiler)
 
-    train = sum(entry[3] for (filename, _, name), entry in stats.stats.items() if name == "train" and "ppo_" in filename)
-    iterations = sum(entry[1] for (filename, _, name), entry in stats.stats.items() if name == "compute_advantages" and "ppo_" in filename)
-    setup = sum(seconds_called_from_train(stats, *function) for function in SETUP)
-    phases = {phase: sum(seconds_called_from_train(stats, *function) for function in functions) for phase, functions in PHASES.items()}
+    name_of_script = os.path.basename(script)
+    train = sum(entry[3] for (filename, _, name), entry in stats.stats.items() if name == "train" and name_of_script in filename)
+    iterations = sum(entry[1] for (filename, _, name), entry in stats.stats.items() if name == "compute_advantages" and name_of_script in filename)
+    setup = sum(seconds_called_from_train(stats, *function, name_of_script) for function in SETUP)
+    phases = {phase: sum(seconds_called_from_train(stats, *function, name_of_script) for function in functions)
+              for phase, functions in PHASES.items()}
     rows = [("startup: imports, env, network", whole - train + setup), *phases.items(),
             ("the rest of the loop", train - setup - sum(phases.values()))]
     print(f"\n{sys.argv[0]} {' '.join(flags)}")
