@@ -92,9 +92,16 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--env-alone", action="store_true", help="also time the env alone with random actions")
+    parser.add_argument("--script", default=None, help="a script path (a copy of one of ours) that takes the place of "
+                        "contender A's script, with A's flags: e.g. your experiment against Stable-Baselines3")
     cli = parser.parse_args()
 
     env_id, contenders = CASES[cli.case]
+    if cli.script:
+        if not os.path.isfile(cli.script):
+            parser.error(f"no script {cli.script}")
+        (name, (_, *flags)), *others = contenders.items()
+        contenders = {os.path.basename(cli.script): [os.path.abspath(cli.script), *flags], **dict(others)}
     common = ["--env-id", env_id, "--total-timesteps", str(cli.total_timesteps), "--seed", str(cli.seed)]
     sps = {name: [] for name in contenders}
     alone = []  # the env alone, measured in every repeat right after the contenders
@@ -103,7 +110,7 @@ def main():
     with tempfile.TemporaryDirectory() as workdir:  # runs/ of the timed runs go here, not into the repository
         for repeat in range(cli.repeats):
             for name, (script, *flags) in contenders.items():
-                elapsed = timed_run([os.path.join(ROOT, script), *flags, *common], workdir)
+                elapsed = timed_run([os.path.join(ROOT, script), *flags, *common], workdir)  # an absolute path stays
                 sps[name].append(cli.total_timesteps / elapsed)
                 print(f"{env_id} repeat {repeat + 1} {name}: {elapsed:.1f} s, {sps[name][-1]:,.0f} SPS", flush=True)
             if cli.env_alone:

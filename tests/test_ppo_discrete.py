@@ -2,12 +2,14 @@
 
 import glob
 import os
+import shutil
 from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
-from conftest import scalars, short_args
+from conftest import ROOT, scalars, short_args, start
 
 import ppo_discrete as ppo
 
@@ -49,3 +51,17 @@ def test_cartpole_learns_within_50k_steps(in_tmp):
     returns = [value for _, value in scalars(os.path.dirname(path))["charts/episodic_return"]]
     best_mean_of_20 = max(np.mean(returns[i : i + 20]) for i in range(len(returns) - 19))
     assert best_mean_of_20 >= 200
+
+
+def test_a_copied_script_trains_resumes_and_evaluates_under_its_own_name(tmp_path):
+    shutil.copy(os.path.join(ROOT, "ppo_discrete.py"), tmp_path / "my_experiment.py")
+    copy = str(tmp_path / "my_experiment.py")
+    assert start(copy, "--total-timesteps", "512", cwd=tmp_path).wait(timeout=120) == 0
+    (path,) = glob.glob(str(tmp_path / "runs" / "CartPole-v1__my_experiment__1__*" / "checkpoint.pt"))
+    assert start(copy, "--resume", path, "--total-timesteps", "1024", cwd=tmp_path).wait(timeout=120) == 0
+    evaluation = start(copy, "--eval-checkpoint", path, "--eval-episodes", "2", cwd=tmp_path).communicate(timeout=120)[0]
+    assert "CartPole-v1: mean return" in evaluation, evaluation
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["script"] == "my_experiment.py" and checkpoint["global_step"] == 1024
+    with pytest.raises(SystemExit, match="is a checkpoint of my_experiment.py, not of ppo_discrete.py: use my_experiment.py"):
+        ppo.load_checkpoint(path)
