@@ -529,8 +529,9 @@ def load_checkpoint(path):
     if wrong:
         fail(f"{path} is damaged: wrong type of {', '.join(wrong)}")
     steps = checkpoint["iteration"] * checkpoint["args"].get("num_envs", 0) * checkpoint["args"].get("num_steps", 0)
-    if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", checkpoint["run_name"]) or steps != checkpoint["global_step"]:
-        fail(f"{path} is damaged: its run name or step counters are not those of a run")  # a name is never a path
+    named = re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", checkpoint["run_name"])  # a name, never a path
+    if not named or not 0 < steps == checkpoint["global_step"]:
+        fail(f"{path} is damaged: its run name or step counters are not those of a run")
     if not all(torch.isfinite(value).all() for value in checkpoint["model"].values() if torch.is_tensor(value)):
         fail(f"{path} holds non-finite weights")
     return checkpoint

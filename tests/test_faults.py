@@ -194,8 +194,8 @@ FAULTS = [
                                (None, "global_step", 1.5), (None, "rng_state", [1, 2, 3]), (None, "model", "weights")]],
     Fault("damaged checkpoint: a run name that is a path", r"damaged.pt is damaged: its run name or step counters are not those of a run",
           checkpoint=("damaged", None, "run_name", "../../../escape")),
-    Fault("damaged checkpoint: iteration and step disagree", r"damaged.pt is damaged: its run name or step counters",
-          checkpoint=("damaged", None, "iteration", 7)),
+    *[Fault(f"damaged checkpoint: {key} = {value}", r"damaged.pt is damaged: its run name or step counters",
+            checkpoint=("damaged", None, key, value)) for key, value in (("iteration", 7), ("iteration", -1), ("global_step", -512))],
     Fault("checkpoint with non-finite weights", r"damaged.pt holds non-finite weights", checkpoint=("nan weights",)),
     Fault("checkpoint whose env id imports a module", r"the checkpoint's env json:Env-v0 imports a module: allow it by naming it, "
           r"--env-id json:Env-v0", checkpoint=("damaged", "args", "env_id", "json:Env-v0")),
