@@ -315,9 +315,10 @@ def train(args, checkpoint=None):
 
             # Update: update_epochs passes over the batch in shuffled minibatches.
             update_stats = []
+            num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
             for epoch in range(args.update_epochs):
                 # detail 6: a fresh shuffle each epoch; the minibatches together cover the whole batch
-                for mb in torch.randperm(len(b_obs), device=device).tensor_split(args.num_minibatches):
+                for mb in torch.randperm(len(b_obs), device=device).tensor_split(num_minibatches):
                     loss, stats = ppo_loss(agent, b_obs[mb], b_actions[mb], b_logprobs[mb], b_advantages[mb],
                                            b_returns[mb], b_values[mb], args)
                     if not torch.isfinite(loss):

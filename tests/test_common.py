@@ -95,6 +95,15 @@ def test_returns_with_lambda_one_are_discounted_rewards_bootstrapped_only_on_tru
     assert checked["terminated"] > 10 and checked["truncated"] > 10
 
 
+def test_dropped_autoreset_rows_never_leave_a_minibatch_of_one_row(next_step_ppo, in_tmp):
+    """One-step episodes: every other row is an autoreset row, so 8 rows leave 4 real ones for --num-minibatches 4;
+    a minibatch of one row has no standard deviation to normalize its advantage by."""
+    ppo = next_step_ppo
+    path = ppo.train(short_args(ppo, env_id=constructed_env_id(ppo, "ConstantTerminated"), env_kwargs='{"terminate_after": 1}',
+                                num_envs=1, num_steps=8, num_minibatches=4, total_timesteps=64))
+    assert torch.load(path, weights_only=True)["global_step"] == 64
+
+
 def test_autoreset_rows_carry_no_weight(next_step_ppo):
     ppo = next_step_ppo
     """Whatever the autoreset rows hold, the real rows' advantages and the training batch are the same."""
