@@ -716,7 +716,7 @@ class Run:
                        f"Resume with: python {sys.argv[0]} --resume {self.checkpoint_path}")
         cause = error.__cause__
         if isinstance(error, EnvError) and cause:  # the env's own frames (not gymnasium's, not this script's)
-            ours = (os.path.dirname(gym.__file__), os.path.abspath(__file__))
+            ours = (os.path.dirname(gym.__file__), os.path.dirname(multiprocessing.__file__), os.path.abspath(__file__))
             frames = [f for f in traceback.extract_tb(cause.__traceback__) if not f.filename.startswith(ours)]
             lines = traceback.format_list(frames) + traceback.format_exception_only(cause)
             print("\nthe env's error:\n" + "".join(lines), end="", file=sys.stderr)
