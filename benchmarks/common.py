@@ -5,7 +5,7 @@ A normalized score is 0 for a uniformly random policy and 1 for the reference: C
 (mean of the last 100 episodes over 3 seeds) where it has one, else rl-baselines3-zoo's tuned PPO.
 The random-policy returns were measured here with (100 episodes, seed 0):
 
-    python benchmarks/common.py CartPole-v1 Acrobot-v1 LunarLander-v3 Pendulum-v1 HalfCheetah-v5 Hopper-v5 Walker2d-v5 Humanoid-v5
+    python benchmarks/common.py CartPole-v1 Acrobot-v1 LunarLander-v3 Pendulum-v1 HalfCheetah-v5 Hopper-v5 Walker2d-v5 Humanoid-v5 Ant-v5
 """
 
 import ctypes
@@ -37,6 +37,7 @@ SCORE_RANGES = {
     "Hopper-v5": (16.7, 2382.9),  # same
     "Walker2d-v5": (1.8, 2288.0),  # same
     "Humanoid-v5": (112.6, 716.1),  # same
+    "Ant-v5": (-48.0, 1327.0),  # rl-baselines3-zoo, 1M steps (CleanRL publishes none)
 }
 
 

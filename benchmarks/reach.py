@@ -19,7 +19,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import read_run  # noqa: E402
+from common import RunNotReadable, read_run  # noqa: E402
 
 
 def read_monitor(monitor_folder):
@@ -52,20 +52,33 @@ def main():
     parser.add_argument("--levels", type=float, nargs="+", required=True)
     parser.add_argument("--window", type=int, default=20)
     cli = parser.parse_args()
+    if cli.window < 1:
+        parser.error(f"--window must be at least 1, got {cli.window}")
+    for folder in cli.folders:
+        if not os.path.isdir(folder):
+            parser.error(f"no folder {folder}")
 
-    print("| run | " + " | ".join(f"reaches {level:g}: minutes (steps)" for level in cli.levels) + " | last-100 mean | minutes in all |")
-    print("|---|" + "---|" * (len(cli.levels) + 2))
+    runs = []  # (folder of one run, its reader)
     for folder in cli.folders:
         monitors = sorted({os.path.dirname(p) for p in glob.glob(os.path.join(folder, "**", "*.monitor.csv"), recursive=True)})
         event_files = glob.glob(os.path.join(folder, "**", "events.out.tfevents.*"), recursive=True)
-        runs = [(m, read_monitor(m)) for m in monitors] + [(os.path.dirname(e), read_run(os.path.dirname(e))) for e in sorted(event_files)]
-        for name, run in runs:
-            cells = []
-            for level in cli.levels:
-                reached = first_reached(run, level, cli.window)
-                cells.append(f"{reached[1]:.1f} ({reached[0]:,})" if reached else "not reached")
-            total = (run["wall_times"][-1] - run["start_time"]) / 60
-            print(f"| {os.path.relpath(name)} | " + " | ".join(cells) + f" | {run['returns'][-100:].mean():.1f} | {total:.1f} |")
+        if not monitors and not event_files:
+            sys.exit(f"error: no runs under {folder} (TensorBoard event files or SB3 monitor files)")
+        runs += [(m, read_monitor) for m in monitors] + [(os.path.dirname(e), read_run) for e in sorted(event_files)]
+    print("| run | " + " | ".join(f"reaches {level:g}: minutes (steps)" for level in cli.levels) + " | last-100 mean | minutes in all |")
+    print("|---|" + "---|" * (len(cli.levels) + 2))
+    for name, reader in runs:
+        try:
+            run = reader(name)
+        except (RunNotReadable, ValueError) as reason:  # no finished episode, a truncated or empty file
+            print(f"| {os.path.relpath(name)} | " + " | ".join(["-"] * len(cli.levels)) + f" | {str(reason) or 'unreadable'} | - |")
+            continue
+        cells = []
+        for level in cli.levels:
+            reached = first_reached(run, level, cli.window)
+            cells.append(f"{reached[1]:.1f} ({reached[0]:,})" if reached else "not reached")
+        total = (run["wall_times"][-1] - run["start_time"]) / 60
+        print(f"| {os.path.relpath(name)} | " + " | ".join(cells) + f" | {run['returns'][-100:].mean():.1f} | {total:.1f} |")
 
 
 if __name__ == "__main__":

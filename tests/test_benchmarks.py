@@ -346,3 +346,15 @@ def test_a_sweep_takes_a_copied_script_and_keys_its_study_by_every_setting(tmp_p
         names.append(re.search(r"\(study (\S+): mean over envs, 1 seeds a trial\)", output).group(1))
     assert names == ["my_experiment__CartPole-v1__512steps__1seeds__mean__--num-envs__1",
                      "my_experiment__CartPole-v1__1024steps__1seeds__mean__--num-envs__1"]  # two studies, not one
+
+
+def test_reach_says_what_is_wrong_with_its_input_in_one_line(tmp_path):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "no_episode" / "runs" / "a").mkdir(parents=True)
+    SummaryWriter(str(tmp_path / "no_episode" / "runs" / "a")).close()  # an events file without any episode
+    for args, last_line in ((["nowhere"], "error: no folder nowhere"), (["empty", "--window", "0"], "--window must be at least 1, got 0"),
+                            (["empty"], "error: no runs under empty (TensorBoard event files or SB3 monitor files)")):
+        output = tool("reach.py", *args, "--levels", "10", cwd=tmp_path).communicate(timeout=60)[0]
+        assert output.strip().splitlines()[-1].endswith(last_line) and "Traceback" not in output, output
+    output = tool("reach.py", "no_episode", "--levels", "10", cwd=tmp_path).communicate(timeout=60)[0]
+    assert "| no_episode/runs/a | - | no charts/episodic_return logged" in output and "Traceback" not in output, output
