@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import SCORE_RANGES, normalized_score, read_run  # noqa: E402
+from common import SCORE_RANGES, RunNotReadable, normalized_score, read_run  # noqa: E402
 
 SMOOTHING_EPISODES = 10
 GRID_POINTS = 200
@@ -42,10 +42,13 @@ def finished_runs(folders, labels=None):
     runs = {}
     for folder, label in zip(folders, labels or [None] * len(folders)):
         for path in sorted(glob.glob(os.path.join(folder, "*", "result.json"))):
-            with open(path) as f:
-                result = json.load(f)
-            if result["status"] == "finished":
-                runs.setdefault((label or result["script"], result["env_id"]), []).append(read_run(os.path.dirname(path)))
+            try:
+                with open(path) as f:
+                    result = json.load(f)
+                if result["status"] == "finished":
+                    runs.setdefault((label or result["script"], result["env_id"]), []).append(read_run(os.path.dirname(path)))
+            except (ValueError, KeyError, TypeError, RunNotReadable) as reason:  # a damaged result, a truncated events file
+                print(f"left out: {os.path.dirname(path)} ({type(reason).__name__}: {reason})")
     return runs
 
 
@@ -165,10 +168,12 @@ def main():
     cli = parser.parse_args()
     if cli.labels and len(cli.labels) != len(cli.folders):
         parser.error(f"--labels needs one label per folder ({len(cli.folders)}), got {len(cli.labels)}")
+    out = cli.out or os.path.join(cli.folders[0], "plots")
+    if os.path.exists(out) and not os.path.isdir(out):
+        parser.error(f"--out {out} is a file, not a folder")
     runs = finished_runs(cli.folders, cli.labels)
     if not runs:
         sys.exit(f"error: no finished runs under {', '.join(cli.folders)}")
-    out = cli.out or os.path.join(cli.folders[0], "plots")
     os.makedirs(out, exist_ok=True)
     plot_curves(runs, lambda run: run["steps"] / 1000, "env steps (thousands)", os.path.join(out, "curves_steps.png"))
     plot_curves(runs, lambda run: (run["wall_times"] - run["start_time"]) / 60, "wall-clock time (min)", os.path.join(out, "curves_time.png"))

@@ -43,6 +43,15 @@ def read_json(path):
         return json.load(f)
 
 
+def ended(folder):
+    """The run's result.json, or None while it has not ended; a damaged one counts as not ended (the run goes again)."""
+    try:
+        result = read_json(os.path.join(folder, "result.json"))
+        return result if {"script", "env_id", "status"} <= result.keys() else None
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def planned_runs(cli, script_flags):
     runs = []
     for script in cli.scripts:
@@ -69,7 +78,7 @@ def start(run):
     command = [sys.executable, script_path(run["script"]), *run["command"][1:]]
     checkpoints = glob.glob(os.path.join(run["folder"], "runs", "*", "checkpoint.pt"))
     if checkpoints:  # an interrupted run continues from its last checkpoint
-        command += ["--resume", checkpoints[0]]
+        command += ["--resume", os.path.abspath(checkpoints[0])]  # the run works in its own folder
     else:  # one stopped before its first checkpoint starts over, without the logs of that attempt
         shutil.rmtree(os.path.join(run["folder"], "runs"), ignore_errors=True)
     log = open(os.path.join(run["folder"], "log.txt"), "a")
@@ -120,10 +129,10 @@ def run_progress(run):
 
 
 def print_status(runs, running, interactive):
-    ended = [run for run in runs if os.path.exists(os.path.join(run["folder"], "result.json"))]
-    failed = sum(read_json(os.path.join(run["folder"], "result.json"))["status"] == "failed" for run in ended)
+    results = [result for result in map(ended, (run["folder"] for run in runs)) if result]
+    failed = sum(result["status"] == "failed" for result in results)
     active = ", ".join(f"{os.path.basename(run['folder'])} {run_progress(run)}".strip() for run in running)
-    line = f"{len(ended)}/{len(runs)} ended ({failed} failed) | running: {active or '-'}"
+    line = f"{len(results)}/{len(runs)} ended ({failed} failed) | running: {active or '-'}"
     print(f"\r{line[:200]:<200}" if interactive else line, end="" if interactive else "\n", flush=True)
 
 
@@ -134,8 +143,7 @@ def over_seeds(statistic, results, key):
 def summarize(out):
     """results.md and results.csv: per script and env, the final return over seeds, steps, wall time, SPS."""
     groups = {}
-    for path in sorted(glob.glob(os.path.join(out, "*", "result.json"))):
-        result = read_json(path)
+    for result in filter(None, map(ended, sorted(glob.glob(os.path.join(out, "*", ""))))):
         groups.setdefault((result["script"], result["env_id"]), []).append(result)
     header = ["script", "env_id", "seeds", "failed", "final_return_mean", "final_return_std", "steps", "wall_time_s", "sps"]
     rows = []
@@ -199,7 +207,7 @@ def main():
         os.makedirs(run["folder"], exist_ok=True)
         if not os.path.exists(os.path.join(run["folder"], "run.json")):
             write_json(os.path.join(run["folder"], "run.json"), {"command": run["command"], "elapsed": 0.0})
-    pending = [run for run in runs if not os.path.exists(os.path.join(run["folder"], "result.json"))]
+    pending = [run for run in runs if not ended(run["folder"])]
     print(f"{len(runs)} runs, {len(runs) - len(pending)} already ended, {cli.workers} at a time; logs in {cli.out}/*/log.txt", flush=True)
 
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
@@ -236,7 +244,7 @@ def main():
         sys.exit(130)
     print(("\n" if interactive else "") + summarize(cli.out), end="")
     print(f"written: {os.path.join(cli.out, 'results.md')} and results.csv", flush=True)
-    failed = [run for run in runs if read_json(os.path.join(run["folder"], "result.json"))["status"] == "failed"]
+    failed = [run for run in runs if ended(run["folder"])["status"] == "failed"]
     if failed:  # a matrix with failed runs is not a success, for scripts and CI that check the exit code
         sys.exit(f"error: {len(failed)} of {len(runs)} runs failed; see their reasons above and in <run>/result.json")
 

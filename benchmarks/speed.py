@@ -95,6 +95,8 @@ def main():
     parser.add_argument("--script", default=None, help="a script path (a copy of one of ours) that takes the place of "
                         "contender A's script, with A's flags: e.g. your experiment against Stable-Baselines3")
     cli = parser.parse_args()
+    if cli.repeats < 1 or cli.total_timesteps < 1:
+        parser.error("--repeats and --total-timesteps must be at least 1")
 
     env_id, contenders = CASES[cli.case]
     if cli.script:

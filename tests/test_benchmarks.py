@@ -124,7 +124,7 @@ def test_runner_records_non_finite_returns_as_failed(tmp_path):
 def test_runner_killed_and_restarted_skips_finished_runs_and_resumes_the_interrupted_one(tmp_path):
     out = tmp_path / "out"
     command = ["--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--seeds", "1", "2", "--workers", "1",
-               "--out", str(out), "--total-timesteps", "16384", "--checkpoint-interval", "1"]
+               "--out", "out", "--total-timesteps", "16384", "--checkpoint-interval", "1"]  # relative, as users write it
     first_result, second = out / "ppo_discrete__CartPole-v1__1" / "result.json", out / "ppo_discrete__CartPole-v1__2"
     process = tool("run.py", *command, cwd=tmp_path)
     wait_for(lambda: first_result.exists() and list(second.glob("runs/*/checkpoint.pt")))
@@ -358,3 +358,18 @@ def test_reach_says_what_is_wrong_with_its_input_in_one_line(tmp_path):
         assert output.strip().splitlines()[-1].endswith(last_line) and "Traceback" not in output, output
     output = tool("reach.py", "no_episode", "--levels", "10", cwd=tmp_path).communicate(timeout=60)[0]
     assert "| no_episode/runs/a | - | no charts/episodic_return logged" in output and "Traceback" not in output, output
+
+
+def test_a_damaged_result_is_run_again_and_left_out_of_the_plots(tmp_path):
+    command = ["--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--seeds", "1", "--out", "out", "--total-timesteps", "512"]
+    assert tool("run.py", *command, cwd=tmp_path).wait(timeout=120) == 0
+    (tmp_path / "out" / "ppo_discrete__CartPole-v1__1" / "result.json").write_text('{"status": "fin')  # cut off mid-write
+    output = tool("plot.py", "out", "--out", "plots", cwd=tmp_path).communicate(timeout=120)[0]
+    assert "left out: out/ppo_discrete__CartPole-v1__1 (JSONDecodeError" in output and "Traceback" not in output, output
+    output = tool("run.py", *command, cwd=tmp_path).communicate(timeout=120)[0]  # not ended: it goes again, from its checkpoint
+    assert "1 runs, 0 already ended" in output and "Traceback" not in output, output
+    result = json.loads((tmp_path / "out" / "ppo_discrete__CartPole-v1__1" / "result.json").read_text())
+    assert result["status"] == "failed" and "the checkpoint is at step 512" in result["reason"]  # it had finished: said so
+    (tmp_path / "a_file").write_text("")
+    output = tool("plot.py", "out", "--out", "a_file", cwd=tmp_path).communicate(timeout=120)[0]
+    assert output.strip().splitlines()[-1].endswith("--out a_file is a file, not a folder"), output
