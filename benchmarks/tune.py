@@ -61,9 +61,12 @@ def discrete_space(trial):
 def continuous_space(trial):
     return {
         **common_space(trial),
+        "num-envs": trial.suggest_categorical("num-envs", [1, 4, 8, 16]),
         "num-steps": trial.suggest_categorical("num-steps", [256, 512, 1024, 2048, 4096]),
         "num-minibatches": trial.suggest_categorical("num-minibatches", [4, 8, 16, 32, 64]),
         "ent-coef": trial.suggest_categorical("ent-coef", [0.0, 1e-4, 1e-3, 1e-2]),
+        "init-log-std": trial.suggest_categorical("init-log-std", [-1.5, -1.0, -0.5, 0.0]),
+        "hidden-size": trial.suggest_categorical("hidden-size", [64, 128, 256]),
     }
 
 
