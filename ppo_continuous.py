@@ -497,6 +497,9 @@ def check_env(args, env_kwargs):
     if len(actions.shape) != 1:
         fail(f"{args.env_id} has Box actions of shape {actions.shape}; {SCRIPT} takes one-dimensional ones "
              "(reshape them in a wrapper, e.g. gym.wrappers.TransformAction)")
+    if int(getattr(actions, "start", 0)) != 0 or not np.issubdtype(actions.dtype, np.floating):
+        fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: it sends "
+             "Discrete actions from 0 and float Box actions (map them in a wrapper, e.g. gym.wrappers.TransformAction)")
     if not isinstance(observations, gym.spaces.Box):
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
              f"{SCRIPT} needs one that flattens into a vector")

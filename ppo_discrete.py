@@ -414,6 +414,9 @@ def check_env(args, env_kwargs):
     if not isinstance(actions, gym.spaces.Discrete):
         fail(f"{args.env_id} has a {type(actions).__name__} action space; {SCRIPT} needs Discrete "
              "(use ppo_continuous.py)")
+    if int(getattr(actions, "start", 0)) != 0 or not np.issubdtype(actions.dtype, np.integer):
+        fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: it sends "
+             "Discrete actions from 0 and float Box actions (map them in a wrapper, e.g. gym.wrappers.TransformAction)")
     if not isinstance(observations, gym.spaces.Box):
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
              f"{SCRIPT} needs one that flattens into a vector")

@@ -90,6 +90,8 @@ for name, observations, actions in (
     ("MultiBinaryActions", BOX2, gym.spaces.MultiBinary(3)),
     ("SequenceObservations", gym.spaces.Sequence(BOX2), gym.spaces.Discrete(2)),  # cannot be flattened into one vector
     ("SequenceObservationsBox", gym.spaces.Sequence(BOX2), BOX2),
+    ("DiscreteFromOne", BOX2, gym.spaces.Discrete(3, start=1)),  # actions the scripts do not send
+    ("DiscreteFromOneBox", BOX2, gym.spaces.Box(-2, 2, (2,), np.int64)),
 ):
     gym.register(f"test/{name}-v0", entry_point=SpacesEnv, kwargs={"observation_space": observations, "action_space": actions})
 

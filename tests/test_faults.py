@@ -177,6 +177,8 @@ FAULTS = [
           ("--env-id", "{wrong-actions}")),
     Fault("wrong action space and bad sizes", r"action space; ", ("--env-id", "{wrong-actions}", "--num-minibatches", "7")),
     Fault("matrix actions", r"has Box actions of shape \(2, 2\); .* takes one-dimensional ones", ("--env-id", "test/MatrixActions-v0"), scripts=BOX),
+    Fault("actions the script does not send", r"has actions .* that {script} does not send: it sends Discrete actions from 0 "
+          r"and float Box actions", ("--env-id", "{env:DiscreteFromOne}")),
     Fault("observations that do not flatten", r"has a Sequence observation space; .* needs one that flattens into a vector",
           ("--env-id", "{env:SequenceObservations}")),
     # bad checkpoints
