@@ -602,9 +602,13 @@ class CheckedEnvs(gym.vector.VectorWrapper):
         return self.checked(lambda: self.env.reset(**kwargs))
 
     def step(self, actions):
-        if isinstance(self.env, gym.vector.AsyncVectorEnv):
-            return self.checked(lambda: self.env.step_async(actions) or self.env.step_wait(timeout=self.timeout))
-        return self.checked(lambda: self.env.step(actions))
+        return self.checked(lambda: self.timed_step(actions))
+
+    def timed_step(self, actions):
+        if not isinstance(self.env, gym.vector.AsyncVectorEnv):
+            return self.env.step(actions)
+        self.env.step_async(actions)
+        return self.env.step_wait(timeout=self.timeout)
 
     def checked(self, call):
         try:

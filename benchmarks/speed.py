@@ -102,7 +102,7 @@ def main():
     if cli.script:
         if not os.path.isfile(cli.script):
             parser.error(f"no script {cli.script}")
-        (name, (_, *flags)), *others = contenders.items()
+        (_, (_, *flags)), *others = contenders.items()
         contenders = {os.path.basename(cli.script): [os.path.abspath(cli.script), *flags], **dict(others)}
     common = ["--env-id", env_id, "--total-timesteps", str(cli.total_timesteps), "--seed", str(cli.seed)]
     sps = {name: [] for name in contenders}
