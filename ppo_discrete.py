@@ -45,8 +45,8 @@ class Args:
     """seed of the experiment: same seed, same machine, same results"""
     torch_deterministic: bool = True
     """if toggled, sets `torch.backends.cudnn.deterministic=True`"""
-    cuda: bool = True
-    """if toggled, use the GPU when there is one (falls back to the CPU otherwise)"""
+    cuda: bool = False
+    """if toggled, train on the GPU when there is one (off by default: the CPU is faster for these small networks)"""
     track: bool = False
     """if toggled, also log to Weights and Biases (needs `pip install wandb`)"""
     wandb_project_name: str = "ppo-single-file"
