@@ -73,17 +73,17 @@ class Args:
     """total environment steps of the run (raise it with --resume to extend a run)"""
     learning_rate: float = 3e-4
     """the learning rate of the optimizer"""
-    num_envs: int = 4
+    num_envs: int = 8
     """the number of parallel sub-environments (processes, in async mode)"""
-    num_steps: int = 512
+    num_steps: int = 256
     """the number of steps per sub-environment in each rollout"""
     anneal_lr: bool = True
     """if toggled, anneal the learning rate linearly to 0 over the run"""
     gamma: float = 0.99
     """the discount factor gamma"""
-    gae_lambda: float = 0.95
+    gae_lambda: float = 0.8
     """the lambda of generalized advantage estimation"""
-    num_minibatches: int = 32
+    num_minibatches: int = 8
     """the number of minibatches each rollout is split into"""
     update_epochs: int = 10
     """the number of passes over the rollout in each update"""
@@ -91,11 +91,11 @@ class Args:
     """if toggled, normalize advantages per minibatch"""
     clip_coef: float = 0.2
     """the surrogate clipping coefficient"""
-    clip_vloss: bool = True
+    clip_vloss: bool = False
     """if toggled, clip the value loss as in the PPO paper's code"""
     ent_coef: float = 0.0
     """coefficient of the entropy bonus"""
-    vf_coef: float = 0.5
+    vf_coef: float = 1.0
     """coefficient of the value loss"""
     max_grad_norm: float = 0.5
     """the maximum norm of the gradient (global clipping)"""
@@ -107,7 +107,7 @@ class Args:
     """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10]"""
     hidden_size: int = 64
     """the width of the two hidden layers of the actor and of the critic"""
-    init_log_std: float = 0.0
+    init_log_std: float = -1.0
     """Box actions: the log standard deviation the policy starts with (0: std 1; Humanoid's lie in [-0.4, 0.4])"""
 
     checkpoint_interval: int = 10

@@ -2,8 +2,8 @@
 
     pip install -r benchmarks/requirements.txt
     python benchmarks/sb3_ppo.py --env-id CartPole-v1 --total-timesteps 100000
-    python benchmarks/sb3_ppo.py --env-id Hopper-v5 --continuous --total-timesteps 100000
-    python benchmarks/sb3_ppo.py --env-id Humanoid-v5 --humanoid --total-timesteps 1000000 --monitor-dir sb3_humanoid
+    python benchmarks/sb3_ppo.py --env-id Hopper-v5 --cleanrl --total-timesteps 100000
+    python benchmarks/sb3_ppo.py --env-id Humanoid-v5 --continuous --total-timesteps 1000000 --monitor-dir sb3_humanoid
 """
 
 import argparse
@@ -13,21 +13,21 @@ from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
-# The defaults of ppo_discrete.py (CleanRL's CartPole settings) and of ppo_continuous.py (CleanRL's MuJoCo settings).
-# vf_coef in our scripts' units (their value loss is vf_coef * 0.5 * squared error, SB3's vf_coef * squared error).
+# The defaults of ppo_discrete.py and of ppo_continuous.py (no value clipping, initial std exp(-1)), and CleanRL's
+# MuJoCo settings (benchmarks/common.py SETTINGS["CLEANRL"]). vf_coef in our scripts' units (their value loss is
+# vf_coef * 0.5 * squared error, SB3's vf_coef * squared error).
 DISCRETE = dict(num_envs=4, n_steps=128, num_minibatches=4, n_epochs=4, learning_rate=2.5e-4, ent_coef=0.01,
                 gae_lambda=0.95, clip_range_vf=0.2, log_std_init=0.0, vf_coef=0.5)
-CONTINUOUS = dict(num_envs=1, n_steps=2048, num_minibatches=32, n_epochs=10, learning_rate=3e-4, ent_coef=0.0,
-                  gae_lambda=0.95, clip_range_vf=0.2, log_std_init=0.0, vf_coef=0.5)
-# ppo_continuous.py's HUMANOID settings (benchmarks/common.py SETTINGS): no value clipping, initial std exp(-1).
-HUMANOID = dict(num_envs=8, n_steps=256, num_minibatches=8, n_epochs=10, learning_rate=3e-4, ent_coef=0.0,
-                gae_lambda=0.8, clip_range_vf=None, log_std_init=-1.0, vf_coef=1.0)
+CONTINUOUS = dict(num_envs=8, n_steps=256, num_minibatches=8, n_epochs=10, learning_rate=3e-4, ent_coef=0.0,
+                  gae_lambda=0.8, clip_range_vf=None, log_std_init=-1.0, vf_coef=1.0)
+CLEANRL = dict(num_envs=1, n_steps=2048, num_minibatches=32, n_epochs=10, learning_rate=3e-4, ent_coef=0.0,
+               gae_lambda=0.95, clip_range_vf=0.2, log_std_init=0.0, vf_coef=0.5)
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--env-id", default="CartPole-v1")
-    parser.add_argument("--continuous", action="store_true", help="ppo_continuous.py's settings, with observation and reward normalization")
-    parser.add_argument("--humanoid", action="store_true", help="ppo_continuous.py's HUMANOID settings (README), with normalization")
+    parser.add_argument("--continuous", action="store_true", help="ppo_continuous.py's defaults, with observation and reward normalization")
+    parser.add_argument("--cleanrl", action="store_true", help="CleanRL's MuJoCo settings (README: CLEANRL), with normalization")
     parser.add_argument("--vf-coef", type=float, default=None, help="the value loss's weight in our scripts' units "
                         "(default: that of the chosen settings); SB3 gets half of it, which weighs the same")
     parser.add_argument("--total-timesteps", type=int, default=100000)
@@ -35,9 +35,9 @@ if __name__ == "__main__":
     parser.add_argument("--monitor-dir", default=None, help="write every episode's return, length and time to <dir>/<env>.monitor.csv")
     cli = parser.parse_args()
 
-    config = HUMANOID if cli.humanoid else CONTINUOUS if cli.continuous else DISCRETE
+    config = CLEANRL if cli.cleanrl else CONTINUOUS if cli.continuous else DISCRETE
     envs = make_vec_env(cli.env_id, n_envs=config["num_envs"], seed=cli.seed, monitor_dir=cli.monitor_dir)
-    if cli.continuous or cli.humanoid:  # running mean/std of observations and of the discounted return, both clipped to [-10, 10]
+    if cli.continuous or cli.cleanrl:  # running mean/std of observations and of the discounted return, both clipped to [-10, 10]
         envs = VecNormalize(envs, norm_obs=True, norm_reward=True, clip_obs=10.0, clip_reward=10.0, gamma=0.99)
     batch_size = config["num_envs"] * config["n_steps"]
     model = PPO(

@@ -10,7 +10,7 @@ repeat right after the contenders (so it drifts with them), and gives A's speed 
     pip install -r requirements.txt -r benchmarks/requirements.txt
     python benchmarks/speed.py --case cartpole --total-timesteps 500000 --repeats 3
     python benchmarks/speed.py --case humanoid --total-timesteps 100000 --repeats 2 --env-alone
-    python benchmarks/speed.py --case humanoid-tuned --total-timesteps 100000 --repeats 2 --env-alone
+    python benchmarks/speed.py --case humanoid-cleanrl --total-timesteps 100000 --repeats 2 --env-alone
 """
 
 import argparse
@@ -27,38 +27,29 @@ from common import ROOT, SETTINGS  # noqa: E402
 SB3 = "benchmarks/sb3_ppo.py"
 WAITING = "benchmarks.waiting_env:WaitingPendulum-v0"
 NO_CHECKPOINTS = ["--checkpoint-interval", "0"]
-HUMANOID = [*SETTINGS["HUMANOID"].split(), *NO_CHECKPOINTS]  # the Humanoid-v5 settings (8 sub-envs x 256 steps)
+CLEANRL = [*SETTINGS["CLEANRL"].split(), *NO_CHECKPOINTS]  # CleanRL's MuJoCo settings (1 sub-env x 2048 steps)
 
 # case -> (env id, {name: [script, flags...]}) for contenders A and B; every command also gets
 # --env-id, --total-timesteps and --seed. Both sides run the same hyperparameters (our scripts'
-# defaults or the HUMANOID settings, which sb3_ppo.py copies), except humanoid-tuned, which compares the two settings.
+# defaults, which sb3_ppo.py copies), except humanoid-cleanrl, which compares two settings of one script.
 CASES = {
     "cartpole": ("CartPole-v1", {"ppo_discrete.py": ["ppo_discrete.py", *NO_CHECKPOINTS], "SB3": [SB3]}),
     "hopper": ("Hopper-v5", {"ppo_continuous.py": ["ppo_continuous.py", *NO_CHECKPOINTS], "SB3": [SB3, "--continuous"]}),
     "humanoid": ("Humanoid-v5", {"ppo_continuous.py": ["ppo_continuous.py", *NO_CHECKPOINTS], "SB3": [SB3, "--continuous"]}),
     # what worker processes buy: 8 sub-envs that each wait ~1 ms per step
     "waiting": (WAITING, {
-        "async": ["ppo_vector_sameStep.py", "--num-envs", "8", "--num-steps", "256", "--vectorization-mode", "async", *NO_CHECKPOINTS],
-        "sync": ["ppo_vector_sameStep.py", "--num-envs", "8", "--num-steps", "256", "--vectorization-mode", "sync", *NO_CHECKPOINTS],
+        "async": ["ppo_vector_sameStep.py", "--vectorization-mode", "async", *NO_CHECKPOINTS],
+        "sync": ["ppo_vector_sameStep.py", "--vectorization-mode", "sync", *NO_CHECKPOINTS],
     }),
-    # the same hyperparameters as ppo_continuous.py's defaults (1 sub-env x 2048 steps), its env in a worker process
+    # the same hyperparameters (the defaults: 8 sub-envs x 256 steps), the sub-envs in worker processes or in one
     "humanoid-vector": ("Humanoid-v5", {
-        "ppo_vector_sameStep.py": ["ppo_vector_sameStep.py", "--num-envs", "1", "--num-steps", "2048", *NO_CHECKPOINTS],
+        "ppo_vector_sameStep.py (async)": ["ppo_vector_sameStep.py", "--vectorization-mode", "async", *NO_CHECKPOINTS],
         "ppo_continuous.py": ["ppo_continuous.py", *NO_CHECKPOINTS],
     }),
-    # the HUMANOID settings against CleanRL's (the defaults), both in ppo_continuous.py
-    "humanoid-tuned": ("Humanoid-v5", {
-        "HUMANOID": ["ppo_continuous.py", *HUMANOID],
+    # the defaults against CleanRL's settings, both in ppo_continuous.py
+    "humanoid-cleanrl": ("Humanoid-v5", {
         "defaults": ["ppo_continuous.py", *NO_CHECKPOINTS],
-    }),
-    "humanoid-tuned-sb3": ("Humanoid-v5", {
-        "ppo_continuous.py": ["ppo_continuous.py", *HUMANOID],
-        "SB3": [SB3, "--humanoid"],
-    }),
-    # the HUMANOID settings with the 8 sub-envs in worker processes (async) against one process
-    "humanoid-tuned-vector": ("Humanoid-v5", {
-        "ppo_vector_sameStep.py (async)": ["ppo_vector_sameStep.py", *HUMANOID, "--vectorization-mode", "async"],
-        "ppo_continuous.py": ["ppo_continuous.py", *HUMANOID],
+        "CLEANRL": ["ppo_continuous.py", *CLEANRL],
     }),
 }
 

@@ -317,12 +317,12 @@ def test_breakdown_splits_the_whole_run_into_its_phases(script, tmp_path):
 
 
 def test_speed_alternates_the_contenders_and_times_the_env_alone_in_every_repeat(tmp_path):
-    output = tool("speed.py", "--case", "humanoid-tuned", "--total-timesteps", "2048", "--repeats", "2", "--env-alone", cwd=tmp_path).communicate(timeout=300)[0]
+    output = tool("speed.py", "--case", "humanoid-cleanrl", "--total-timesteps", "2048", "--repeats", "2", "--env-alone", cwd=tmp_path).communicate(timeout=300)[0]
     timed = [line.split(":")[0] for line in output.splitlines() if " repeat " in line]
-    assert timed == [f"Humanoid-v5 repeat {r} {name}" for r in (1, 2) for name in ("HUMANOID", "defaults", "env alone")], output
+    assert timed == [f"Humanoid-v5 repeat {r} {name}" for r in (1, 2) for name in ("defaults", "CLEANRL", "env alone")], output
     shares = [int(line.rsplit(" at ", 1)[1].split("%")[0]) for line in output.splitlines() if " env alone:" in line]
     summary = output.splitlines()[-1]
-    assert f"(per repeat: {min(shares)}% to {max(shares)}%)" in summary and "HUMANOID runs at" in summary, output
+    assert f"(per repeat: {min(shares)}% to {max(shares)}%)" in summary and "defaults runs at" in summary, output
     assert not os.listdir(tmp_path)  # the timed runs write their runs/ elsewhere
 
 
