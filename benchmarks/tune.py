@@ -52,6 +52,7 @@ def common_space(trial):
 def discrete_space(trial):
     return {
         **common_space(trial),
+        "num-envs": trial.suggest_categorical("num-envs", [4, 8, 16]),
         "num-steps": trial.suggest_categorical("num-steps", [32, 64, 128, 256, 512]),
         "num-minibatches": trial.suggest_categorical("num-minibatches", [1, 2, 4, 8]),
         "ent-coef": trial.suggest_float("ent-coef", 1e-5, 0.1, log=True),

@@ -5,12 +5,14 @@ import os
 import re
 import shlex
 import shutil
+from dataclasses import asdict
 from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import tyro
 from conftest import ROOT, scalars, short_args, start
 
 import ppo_continuous as ppo
@@ -159,3 +161,19 @@ def test_the_readme_own_environment_example_runs_as_written(tmp_path):
     assert process.returncode == 0, output
     (run,) = glob.glob(str(tmp_path / "runs" / "my_envs-PointReach-v0__ppo_continuous__1__*"))
     assert ppo.load_checkpoint(os.path.join(run, "checkpoint.pt"))["args"]["env_kwargs"] == '{"size": 2.0}'
+
+
+def test_the_box_scripts_share_their_defaults_and_name_cleanrls_settings_in_help_and_readme():
+    """One set of Box defaults (chosen on the MuJoCo suite) in both Box scripts; CleanRL's settings one paste away."""
+    import ppo_vector_sameStep
+
+    own = {"exp_name", "env_id", "env_kwargs", "vectorization_mode", "env_timeout", "checkpoint_interval"}
+    ours, vector = asdict(ppo.Args()), asdict(ppo_vector_sameStep.Args())
+    assert {k: v for k, v in ours.items() if k not in own} == {k: v for k, v in vector.items() if k not in own}
+    assert not ours["cuda"]  # the CPU is the faster device for these networks: a GPU is opt-in
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    cleanrl = re.search(r'^    CLEANRL="(.*)"$', readme, re.MULTILINE).group(1)
+    assert " ".join(ppo.Args.__doc__.split()).endswith(cleanrl)  # --help ends with the same flags
+    cleanrl_args = {"num_envs": 1, "num_steps": 2048, "num_minibatches": 32, "init_log_std": 0.0, "clip_vloss": True,
+                    "gae_lambda": 0.95, "vf_coef": 0.5}
+    assert asdict(tyro.cli(ppo.Args, args=cleanrl.split())) == {**ours, **cleanrl_args}
