@@ -44,7 +44,8 @@ def read_json(path):
 
 
 def ended(folder):
-    """The run's result.json, or None while it has not ended; a damaged one counts as not ended (the run goes again)."""
+    """The run's result.json, or None while it has not ended; a damaged one counts as not ended (the run goes again,
+    or if it had finished, start() reads its logs again)."""
     try:
         result = read_json(os.path.join(folder, "result.json"))
         return result if {"script", "env_id", "status"} <= result.keys() else None
@@ -75,21 +76,25 @@ def run_folder_name(script, env_id, seed):
 
 def start(run):
     state = read_json(os.path.join(run["folder"], "run.json"))
+    run["started"], run["elapsed_before"] = time.time(), state["elapsed"]
     command = [sys.executable, script_path(run["script"]), *run["command"][1:]]
     checkpoints = glob.glob(os.path.join(run["folder"], "runs", "*", "checkpoint.pt"))
+    log_path = os.path.join(run["folder"], "log.txt")
+    if checkpoints and os.path.exists(log_path) and last_log_line(log_path).startswith("done:"):
+        # it finished but its result.json is damaged: a process that ends at once lets finish() read the logs again
+        run["process"] = subprocess.Popen([sys.executable, "-c", ""])
+        return
     if checkpoints:  # an interrupted run continues from its last checkpoint
         command += ["--resume", os.path.abspath(checkpoints[0])]  # the run works in its own folder
     else:  # one stopped before its first checkpoint starts over, without the logs of that attempt
         shutil.rmtree(os.path.join(run["folder"], "runs"), ignore_errors=True)
-    log = open(os.path.join(run["folder"], "log.txt"), "a")
+    log = open(log_path, "a")
     log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(command)}\n")
     log.flush()
     run["process"] = subprocess.Popen(command, cwd=run["folder"], stdout=log, stderr=subprocess.STDOUT, env=script_environment(),
                                       start_new_session=True,  # the runner alone decides when its runs stop
                                       preexec_fn=stop_with_parent)
     log.close()
-    run["started"] = time.time()
-    run["elapsed_before"] = state["elapsed"]
 
 
 def account_time(run):

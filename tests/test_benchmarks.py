@@ -360,16 +360,18 @@ def test_reach_says_what_is_wrong_with_its_input_in_one_line(tmp_path):
     assert "| no_episode/runs/a | - | no charts/episodic_return logged" in output and "Traceback" not in output, output
 
 
-def test_a_damaged_result_is_run_again_and_left_out_of_the_plots(tmp_path):
+def test_a_damaged_result_is_read_again_from_the_logs_and_left_out_of_the_plots(tmp_path):
     command = ["--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--seeds", "1", "--out", "out", "--total-timesteps", "512"]
     assert tool("run.py", *command, cwd=tmp_path).wait(timeout=120) == 0
     (tmp_path / "out" / "ppo_discrete__CartPole-v1__1" / "result.json").write_text('{"status": "fin')  # cut off mid-write
     output = tool("plot.py", "out", "--out", "plots", cwd=tmp_path).communicate(timeout=120)[0]
     assert "left out: out/ppo_discrete__CartPole-v1__1 (JSONDecodeError" in output and "Traceback" not in output, output
-    output = tool("run.py", *command, cwd=tmp_path).communicate(timeout=120)[0]  # not ended: it goes again, from its checkpoint
+    log = (tmp_path / "out" / "ppo_discrete__CartPole-v1__1" / "log.txt").read_text()
+    output = tool("run.py", *command, cwd=tmp_path).communicate(timeout=120)[0]  # not ended, but it had finished
     assert "1 runs, 0 already ended" in output and "Traceback" not in output, output
     result = json.loads((tmp_path / "out" / "ppo_discrete__CartPole-v1__1" / "result.json").read_text())
-    assert result["status"] == "failed" and "the checkpoint is at step 512" in result["reason"]  # it had finished: said so
+    assert result["status"] == "finished" and result["steps"] == 512, result  # read from its logs, not trained again
+    assert (tmp_path / "out" / "ppo_discrete__CartPole-v1__1" / "log.txt").read_text() == log
     (tmp_path / "a_file").write_text("")
     output = tool("plot.py", "out", "--out", "a_file", cwd=tmp_path).communicate(timeout=120)[0]
     assert output.strip().splitlines()[-1].endswith("--out a_file is a file, not a folder"), output
