@@ -618,7 +618,7 @@ class CheckedEnvs(gym.vector.VectorWrapper):
             raise EnvError(f"did not answer a step within {self.timeout} s (a sub-environment hangs?)") from None
         except Exception as e:
             self.failed = True
-            raise EnvError() from e
+            raise EnvError(f"raised {type(e).__name__}: {first_line(e)}") from e
         for name, value in zip(("observation", "reward"), result[:2] if len(result) == 5 else result[:1]):
             if not np.isfinite(value).all():
                 raise FloatingPointError(name)
@@ -729,8 +729,7 @@ class Run:
             lines = traceback.format_list(frames) + traceback.format_exception_only(cause)
             print("\nthe env's error:\n" + "".join(lines), end="", file=sys.stderr)
         if isinstance(error, EnvError):
-            what = str(error) or f"raised {type(cause).__name__}: {first_line(cause)}"
-            fail(f"{self.args.env_id} {what} {where}; {outcome}")
+            fail(f"{self.args.env_id} {error} {where}; {outcome}")
         if isinstance(error, FloatingPointError):
             fail(f"non-finite {error} {where}; {outcome}")
         if isinstance(error, OSError):  # TensorBoard's events could not be written (a full disk)
@@ -875,6 +874,8 @@ def main():
     try:
         args, checkpoint = parse_args()
         evaluate(args, checkpoint) if args.eval_checkpoint else train(args, checkpoint)
+    except (EnvError, FloatingPointError) as e:  # the env's faults in evaluation (training's go through Run.fail_with)
+        fail(f"{args.env_id} {e if isinstance(e, EnvError) else f'returned a non-finite {e}'} during evaluation")
     except KeyboardInterrupt:  # Ctrl-C before training started (during training it saves a checkpoint instead)
         raise SystemExit("interrupted")
     except BrokenPipeError:  # the reader of the output went away (`--help | head`): stop quietly, as shell tools do

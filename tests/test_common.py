@@ -307,6 +307,15 @@ def test_evaluation_cuts_episodes_that_never_end(ppo, in_tmp, capsys):
     assert "2 of them cut at --eval-max-steps 50" in capsys.readouterr().out
 
 
+def test_an_env_that_fails_during_evaluation_gets_one_line(ppo, in_tmp, monkeypatch):
+    path = ppo.train(short_args(ppo, env_id=constructed_env_id(ppo, "ConstantTruncated"), total_timesteps=512))
+    for name, problem in (("Crashing", "raised RuntimeError: the simulator fell over"), ("NanReward", "returned a non-finite reward")):
+        env_id = constructed_env_id(ppo, name)  # 20-step episodes; step 300 of the env's life crashes or has a NaN reward
+        monkeypatch.setattr(sys, "argv", [ppo.SCRIPT, "--eval-checkpoint", path, "--env-id", env_id, "--eval-episodes", "20"])
+        with pytest.raises(SystemExit, match=re.escape(f"error: {env_id} {problem} during evaluation")):
+            ppo.main()
+
+
 def test_evaluation_films_every_episode_and_takes_neither_video_nor_sampling_from_training(ppo, in_tmp, capsys, monkeypatch):
     path = ppo.train(short_args(ppo, total_timesteps=512, capture_video=True))
     assert f"videos of env 0 go to videos/{os.path.basename(os.path.dirname(path))}" in capsys.readouterr().out
