@@ -44,6 +44,9 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Args:
+    """PPO with same-step autoreset in worker processes. The defaults are those of ppo_continuous.py, chosen on the
+    five MuJoCo v5 envs (see its --help and benchmarks/results/README.md)."""
+
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
     seed: int = 1
