@@ -410,7 +410,8 @@ def check_env(args, env_kwargs):
                 if "MUJOCO_GL" in os.environ and not bad_input else "")
         fail(f"cannot make env '{args.env_id}'{kwargs}: {type(e).__name__}: {first_line(e)}{hint}")
     actions, observations = env.action_space, env.observation_space
-    env.close()
+    with contextlib.suppress(Exception):  # a close() that fails is said when training's envs close, after the run
+        env.close()
     if not isinstance(actions, gym.spaces.Discrete):
         fail(f"{args.env_id} has a {type(actions).__name__} action space; {SCRIPT} needs Discrete "
              "(use ppo_continuous.py)")
@@ -499,6 +500,12 @@ class CheckedEnvs(gym.vector.VectorWrapper):
     def step(self, actions):
         return self.checked(self.env.step, actions)
 
+    def close(self, **kwargs):
+        try:
+            return self.env.close(**kwargs)
+        except Exception as e:
+            raise EnvError(f"raised {type(e).__name__}: {first_line(e)} while closing") from e
+
     def checked(self, call, *args, **kwargs):
         try:
             result = call(*args, **kwargs)
@@ -571,10 +578,11 @@ class Run:
             threading.excepthook = excepthook
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
-            envs.close()
             with contextlib.suppress(OSError, AttributeError):  # a failed write was reported; or no writer yet
                 self.writer.close()
             self.lock.close()
+            with contextlib.suppress(*((Exception,) if sys.exc_info()[1] else ())):  # after a fault, that fault is said
+                envs.close()
         print(f"done: {self.global_step:,} steps; checkpoint at {self.checkpoint_path}")
 
     def on_signal(self, signum, frame):
@@ -739,8 +747,9 @@ def main():
     try:
         args, checkpoint = parse_args()
         evaluate(args, checkpoint) if args.eval_checkpoint else train(args, checkpoint)
-    except (EnvError, FloatingPointError) as e:  # the env's faults in evaluation (training's go through Run.fail_with)
-        fail(f"{args.env_id} {e if isinstance(e, EnvError) else f'returned a non-finite {e}'} during evaluation")
+    except (EnvError, FloatingPointError) as e:  # in evaluation, or closing after training (else: Run.fail_with)
+        fail(f"{args.env_id} {e if isinstance(e, EnvError) else f'returned a non-finite {e}'}"
+             f"{' during evaluation' if args.eval_checkpoint else ''}")
     except KeyboardInterrupt:  # Ctrl-C before training started (during training it saves a checkpoint instead)
         raise SystemExit("interrupted")
     except BrokenPipeError:  # the reader of the output went away (`--help | head`): stop quietly, as shell tools do

@@ -508,7 +508,8 @@ def check_env(args, env_kwargs):
                 if "MUJOCO_GL" in os.environ and not bad_input else "")
         fail(f"cannot make env '{args.env_id}'{kwargs}: {type(e).__name__}: {first_line(e)}{hint}")
     actions, observations = env.action_space, env.observation_space
-    env.close()
+    with contextlib.suppress(Exception):  # a close() that fails is said when training's envs close, after the run
+        env.close()
     if not isinstance(actions, (gym.spaces.Discrete, gym.spaces.Box)):
         fail(f"{args.env_id} has a {type(actions).__name__} action space; {SCRIPT} takes Discrete or Box")
     if isinstance(actions, gym.spaces.Box) and len(actions.shape) != 1:
@@ -638,7 +639,10 @@ class CheckedEnvs(gym.vector.VectorWrapper):
         gym.logger.min_level = self.log_level
         if not isinstance(self.env, gym.vector.AsyncVectorEnv) or not (
                 self.failed or not all(process.is_alive() for process in self.env.processes)):
-            return self.env.close(**kwargs)
+            try:
+                return self.env.close(**kwargs)
+            except Exception as e:
+                raise EnvError(f"raised {type(e).__name__}: {first_line(e)} while closing") from e
         for process in self.env.processes:
             process.terminate()
             process.join()
@@ -706,10 +710,11 @@ class Run:
             threading.excepthook = excepthook
             for sig, handler in handlers.items():
                 signal.signal(sig, handler)
-            envs.close()
             with contextlib.suppress(OSError, AttributeError):  # a failed write was reported; or no writer yet
                 self.writer.close()
             self.lock.close()
+            with contextlib.suppress(*((Exception,) if sys.exc_info()[1] else ())):  # after a fault, that fault is said
+                envs.close()
         print(f"done: {self.global_step:,} steps; checkpoint at {self.checkpoint_path}")
 
     def on_signal(self, signum, frame):
@@ -877,8 +882,9 @@ def main():
     try:
         args, checkpoint = parse_args()
         evaluate(args, checkpoint) if args.eval_checkpoint else train(args, checkpoint)
-    except (EnvError, FloatingPointError) as e:  # the env's faults in evaluation (training's go through Run.fail_with)
-        fail(f"{args.env_id} {e if isinstance(e, EnvError) else f'returned a non-finite {e}'} during evaluation")
+    except (EnvError, FloatingPointError) as e:  # in evaluation, or closing after training (else: Run.fail_with)
+        fail(f"{args.env_id} {e if isinstance(e, EnvError) else f'returned a non-finite {e}'}"
+             f"{' during evaluation' if args.eval_checkpoint else ''}")
     except KeyboardInterrupt:  # Ctrl-C before training started (during training it saves a checkpoint instead)
         raise SystemExit("interrupted")
     except BrokenPipeError:  # the reader of the output went away (`--help | head`): stop quietly, as shell tools do

@@ -22,10 +22,10 @@ class ConstantRewardEnv(gym.Env):
     Discrete(2) actions, or with box_actions=True a Box with bounds that differ per dimension; the actions
     it receives are kept in `received_actions`. count_steps=True: the observation is the step count in
     the episode instead. crash_at / hang_at: raise / stop answering at that step of the env's life.
-    final_shape: the last observation of an episode has this shape instead."""
+    final_shape: the last observation of an episode has this shape instead. close_fails: close() raises once it has stepped."""
 
     def __init__(self, terminate_after=None, bad_reward_at=None, bad_reward=float("nan"), box_actions=False,
-                 count_steps=False, crash_at=None, hang_at=None, final_shape=None):
+                 count_steps=False, crash_at=None, hang_at=None, final_shape=None, close_fails=False):
         self.observation_space = gym.spaces.Box(-1.0, 1000.0, (1,), np.float32)
         if box_actions:
             self.action_space = gym.spaces.Box(np.array([-0.4, 0.0], np.float32), np.array([0.4, 2.0], np.float32))
@@ -35,6 +35,7 @@ class ConstantRewardEnv(gym.Env):
         self.bad_reward_at = bad_reward_at
         self.bad_reward = bad_reward
         self.count_steps, self.crash_at, self.hang_at, self.final_shape = count_steps, crash_at, hang_at, final_shape
+        self.close_fails = close_fails
         self.steps = 0
         self.total_steps = 0
         self.received_actions = []
@@ -59,6 +60,10 @@ class ConstantRewardEnv(gym.Env):
         terminated = self.terminate_after is not None and self.steps >= self.terminate_after
         observation = np.zeros(self.final_shape, np.float32) if terminated and self.final_shape else self.observation()
         return observation, reward, terminated, False, {}
+
+    def close(self):
+        if self.close_fails and self.total_steps:
+            raise RuntimeError("the simulator would not shut down")
 
 
 
@@ -102,6 +107,8 @@ for suffix, box in (("", False), ("Box", True)):
     gym.register(f"test/Endless{suffix}-v0", entry_point=ConstantRewardEnv, kwargs={"box_actions": box})  # no time limit
     gym.register(f"test/NanReward{suffix}-v0", entry_point=ConstantRewardEnv, max_episode_steps=20,
                  kwargs={"bad_reward_at": BAD_REWARD_AT, "box_actions": box})
+    gym.register(f"test/FailingClose{suffix}-v0", entry_point=ConstantRewardEnv, max_episode_steps=20,
+                 kwargs={"close_fails": True, "box_actions": box})
     gym.register(f"test/HugeReward{suffix}-v0", entry_point=ConstantRewardEnv, max_episode_steps=20,
                  kwargs={"bad_reward_at": 1, "bad_reward": 1e30, "box_actions": box})
 gym.register("test/CountingTruncated-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"count_steps": True})

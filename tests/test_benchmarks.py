@@ -271,8 +271,9 @@ def test_tuner_refuses_bad_input_in_one_line(tmp_path, args, message, code):
 def test_sweep_interrupted_queues_its_trial_again_and_the_next_start_runs_it(tmp_path):
     storage = str(tmp_path / "study.journal")
     command = ["--env-ids", "CartPole-v1", "--num-trials", "1", "--num-seeds", "1", "--total-timesteps", "8192",
-               "--num-envs", "1", "--study-name", "s", "--storage", storage, "--work-dir", str(tmp_path / "work")]  # 1 env: slow enough
-    process = tool("tune.py", *command, cwd=tmp_path)
+               "--study-name", "s", "--storage", storage, "--work-dir", str(tmp_path / "work")]
+    # Ctrl-C as at a terminal, also when the tests run as a background job (whose processes start with SIGINT ignored)
+    process = tool("tune.py", *command, cwd=tmp_path, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     wait_for(lambda: (tmp_path / "work" / "s" / "trial_0" / "CartPole-v1__1" / "log.txt").exists())
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=60)

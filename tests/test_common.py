@@ -307,9 +307,16 @@ def test_evaluation_cuts_episodes_that_never_end(ppo, in_tmp, capsys):
     assert "2 of them cut at --eval-max-steps 50" in capsys.readouterr().out
 
 
-def test_an_env_that_fails_during_evaluation_gets_one_line(ppo, in_tmp, monkeypatch):
-    path = ppo.train(short_args(ppo, env_id=constructed_env_id(ppo, "ConstantTruncated"), total_timesteps=512))
-    for name, problem in (("Crashing", "raised RuntimeError: the simulator fell over"), ("NanReward", "returned a non-finite reward")):
+def test_an_env_that_fails_in_evaluation_or_when_closed_gets_one_line(ppo, in_tmp, monkeypatch):
+    closing = constructed_env_id(ppo, "FailingClose")
+    monkeypatch.setattr(sys, "argv", [ppo.SCRIPT, *short_flags(ppo), "--env-id", closing, "--total-timesteps", "512"])
+    with pytest.raises(SystemExit, match=re.escape(f"error: {closing} raised RuntimeError: the simulator would not shut "
+                                                   "down while closing")):  # after the run: it is saved whole
+        ppo.main()
+    (path,) = glob.glob("runs/*/checkpoint.pt")
+    assert ppo.load_checkpoint(path)["global_step"] == 512
+    for name, problem in (("Crashing", "raised RuntimeError: the simulator fell over"), ("NanReward", "returned a non-finite reward"),
+                          ("FailingClose", "raised RuntimeError: the simulator would not shut down while closing")):
         env_id = constructed_env_id(ppo, name)  # 20-step episodes; step 300 of the env's life crashes or has a NaN reward
         monkeypatch.setattr(sys, "argv", [ppo.SCRIPT, "--eval-checkpoint", path, "--env-id", env_id, "--eval-episodes", "20"])
         with pytest.raises(SystemExit, match=re.escape(f"error: {env_id} {problem} during evaluation")):
