@@ -15,6 +15,7 @@ repeat right after the contenders (so it drifts with them), and gives A's speed 
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -98,8 +99,10 @@ def main():
     common = ["--env-id", env_id, "--total-timesteps", str(cli.total_timesteps), "--seed", str(cli.seed)]
     sps = {name: [] for name in contenders}
     alone = []  # the env alone, measured in every repeat right after the contenders
-    name_a, (_, *flags_a) = next(iter(contenders.items()))
-    num_envs = int(flags_a[flags_a.index("--num-envs") + 1]) if "--num-envs" in flags_a else 1
+    name_a, (script_a, *flags_a) = next(iter(contenders.items()))
+    # A's sub-envs: its flag, else its script's default (read from its Args; a copy may have its own)
+    default = re.search(r"^\s+num_envs: int = (\d+)", open(os.path.join(ROOT, script_a)).read(), re.MULTILINE)
+    num_envs = int(flags_a[flags_a.index("--num-envs") + 1] if "--num-envs" in flags_a else default.group(1) if default else 1)
     with tempfile.TemporaryDirectory() as workdir:  # runs/ of the timed runs go here, not into the repository
         for repeat in range(cli.repeats):
             for name, (script, *flags) in contenders.items():

@@ -324,6 +324,7 @@ def test_speed_alternates_the_contenders_and_times_the_env_alone_in_every_repeat
     shares = [int(line.rsplit(" at ", 1)[1].split("%")[0]) for line in output.splitlines() if " env alone:" in line]
     summary = output.splitlines()[-1]
     assert f"(per repeat: {min(shares)}% to {max(shares)}%)" in summary and "defaults runs at" in summary, output
+    assert "env alone (8 sub-envs, one process)" in summary, output  # as many as the defaults step
     assert not os.listdir(tmp_path)  # the timed runs write their runs/ elsewhere
 
 
