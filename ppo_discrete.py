@@ -29,6 +29,9 @@ from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("interrupted"))  # Ctrl-C while torch loads
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -463,7 +466,12 @@ def restore(checkpoint, state, env_id):
     """Each object of `state` from its entry in the checkpoint: one line if an entry is missing or does not fit."""
     for name, obj in state.items():
         try:
+            shapes = {key: value.shape for key, value in obj.state_dict().items() if torch.is_tensor(value)}
             obj.load_state_dict(checkpoint[name])
+            loaded = {key: value.shape for key, value in obj.state_dict().items() if torch.is_tensor(value)}
+            moments = [m.shape == p.shape for p, s in getattr(obj, "state", {}).items() for m in s.values() if m.dim()]
+            if loaded != shapes or not all(moments):  # an optimizer's moments have the shape of their parameter
+                raise ValueError("statistics of the wrong shape")
         except Exception as e:  # a network of another shape (another env), or a damaged entry
             detail = [*str(e).splitlines()[1:], first_line(e)][0].strip()  # torch puts the detail on line 2
             fail(f"the checkpoint's {name} does not fit {env_id}: {detail}")

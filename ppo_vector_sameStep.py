@@ -33,6 +33,9 @@ from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Literal, Optional
 
+if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("interrupted"))  # Ctrl-C while torch loads
+
 import gymnasium as gym
 import numpy as np
 import torch
@@ -71,7 +74,7 @@ class Args:
     vectorization_mode: Literal["async", "sync"] = "async"
     """async: one process per sub-env (AsyncVectorEnv); sync: all in this process (SyncVectorEnv), for debugging"""
     env_timeout: float = 60.0
-    """async only: stop the run when a sub-env has not answered a step within this many seconds"""
+    """stop the run when a sub-env has not answered a step within this many seconds"""
     total_timesteps: int = 1000000
     """total environment steps of the run (raise it with --resume to extend a run)"""
     learning_rate: float = 3e-4
@@ -564,7 +567,12 @@ def restore(checkpoint, state, env_id):
     """Each object of `state` from its entry in the checkpoint: one line if an entry is missing or does not fit."""
     for name, obj in state.items():
         try:
+            shapes = {key: value.shape for key, value in obj.state_dict().items() if torch.is_tensor(value)}
             obj.load_state_dict(checkpoint[name])
+            loaded = {key: value.shape for key, value in obj.state_dict().items() if torch.is_tensor(value)}
+            moments = [m.shape == p.shape for p, s in getattr(obj, "state", {}).items() for m in s.values() if m.dim()]
+            if loaded != shapes or not all(moments):  # an optimizer's moments have the shape of their parameter
+                raise ValueError("statistics of the wrong shape")
         except Exception as e:  # a network of another shape (another env), or a damaged entry
             detail = [*str(e).splitlines()[1:], first_line(e)][0].strip()  # torch puts the detail on line 2
             fail(f"the checkpoint's {name} does not fit {env_id}: {detail}")
@@ -593,7 +601,7 @@ class EnvError(Exception):
 
 
 class CheckedEnvs(gym.vector.VectorWrapper):
-    """The env's exceptions and hangs (async: no answer within `timeout` s) become EnvError; non-finite
+    """The env's exceptions and hangs (no answer within `timeout` s) become EnvError; non-finite
     observations or rewards, FloatingPointError. After a failure, close() stops the workers without waiting."""
 
     def __init__(self, envs, timeout):
@@ -609,10 +617,20 @@ class CheckedEnvs(gym.vector.VectorWrapper):
         return self.checked(lambda: self.timed_step(actions))
 
     def timed_step(self, actions):
-        if not isinstance(self.env, gym.vector.AsyncVectorEnv):
+        if isinstance(self.env, gym.vector.AsyncVectorEnv):
+            self.env.step_async(actions)
+            return self.env.step_wait(timeout=self.timeout)
+        alarm = signal.signal(signal.SIGALRM, self.on_alarm)  # sync: a timer interrupts a step that hangs
+        signal.setitimer(signal.ITIMER_REAL, self.timeout)
+        try:
             return self.env.step(actions)
-        self.env.step_async(actions)
-        return self.env.step_wait(timeout=self.timeout)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, alarm)
+
+    @staticmethod
+    def on_alarm(signum, frame):
+        raise multiprocessing.TimeoutError
 
     def checked(self, call):
         try:

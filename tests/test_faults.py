@@ -198,6 +198,12 @@ FAULTS = [
           checkpoint=("damaged", None, "run_name", "../../../escape")),
     *[Fault(f"damaged checkpoint: {key} = {value}", r"damaged.pt is damaged: its run name or step counters",
             checkpoint=("damaged", None, key, value)) for key, value in (("iteration", 7), ("iteration", -1), ("global_step", -512))],
+    Fault("damaged checkpoint: normalization statistics of another shape", r"the checkpoint's obs_rms does not fit .*: "
+          r"statistics of the wrong shape", ("--total-timesteps", "4096"),
+          checkpoint=("damaged", "obs_rms", "mean", torch.zeros(5, dtype=torch.float64)), scripts=BOX),
+    Fault("damaged checkpoint: an optimizer moment of another shape", r"the checkpoint's optimizer does not fit .*: statistics "
+          r"of the wrong shape", ("--total-timesteps", "4096"),
+          checkpoint=("damaged", ("optimizer", "state", 0), "exp_avg", torch.zeros(7)), only_resume=True),
     Fault("checkpoint with non-finite weights", r"damaged.pt holds non-finite weights", checkpoint=("nan weights",)),
     Fault("checkpoint whose env id imports a module", r"the checkpoint's env json:Env-v0 imports a module: allow it by naming it, "
           r"--env-id json:Env-v0", checkpoint=("damaged", "args", "env_id", "json:Env-v0")),
@@ -218,7 +224,8 @@ FAULTS = [
             scripts=(ppo_vector_sameStep,), progress=True, resume_env="ConstantTruncated")
       for env, problem, mode in [("Crashing", "raised RuntimeError: the simulator fell over", "sync"),
                                  ("Crashing", "raised RuntimeError: the simulator fell over", "async"),
-                                 ("Hanging", r"did not answer a step within 2.0 s \(a sub-environment hangs\?\)", "async")]],
+                                 *[("Hanging", r"did not answer a step within 2.0 s \(a sub-environment hangs\?\)", mode)
+                                   for mode in ("sync", "async")]]],
     *[Fault(f"NaN reward, checkpoints every {interval or 'never'}",
             r"non-finite reward in the iteration after step \d+; checkpoint of the last complete iteration \(step \d+\) saved",
             ("--env-id", "{env:NanReward}", "--total-timesteps", "4096", "--checkpoint-interval", interval),
@@ -274,7 +281,10 @@ def checkpoint_file(kind, ppo, checkpoints_of_each_script):
             next(iter(checkpoint["model"].values())).fill_(float("nan"))
         else:
             _, part, key, value = kind
-            (checkpoint[part] if part else checkpoint)[key] = value
+            entry = checkpoint
+            for name in (part,) if isinstance(part, str) else part or ():  # the path to the entry: a name or names
+                entry = entry[name]
+            entry[key] = value
         torch.save(checkpoint, "damaged.pt")
         return "damaged.pt"
     source = checkpoints_of_each_script[kind[1].__name__ if name == "of" else ppo.__name__]
@@ -353,6 +363,20 @@ def test_a_real_process_exits_1_with_the_message_as_its_last_line(ppo, tmp_path)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == 1 and stdout == ""
     assert stderr.splitlines()[-1].startswith("error: ") and len(stderr.splitlines()) == 1, stderr
+
+
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_ctrl_c_twice_while_the_script_starts_gets_one_line(ppo, tmp_path):
+    """Ctrl-C while torch is being imported (the first seconds of every start), pressed twice: one line, status 1."""
+    process = start(f"{ppo.__name__}.py", *short_flags(ppo), cwd=tmp_path, stderr=subprocess.PIPE,
+                    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as at a terminal
+    time.sleep(0.3)
+    for _ in range(2):
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+    stdout, stderr = process.communicate(timeout=60)
+    # status 1, or killed by the second signal while Python exits (its handlers are gone by then): no traceback either way
+    assert (stdout, stderr) == ("", "interrupted\n") and process.returncode in (1, -signal.SIGINT)
 
 
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
