@@ -16,12 +16,12 @@ from stable_baselines3.common.vec_env import VecNormalize
 # The defaults of ppo_discrete.py and of ppo_continuous.py (no value clipping, initial std exp(-1)), and CleanRL's
 # MuJoCo settings (benchmarks/common.py SETTINGS["CLEANRL"]). vf_coef in our scripts' units (their value loss is
 # vf_coef * 0.5 * squared error, SB3's vf_coef * squared error).
-DISCRETE = dict(num_envs=4, n_steps=128, num_minibatches=4, n_epochs=4, learning_rate=2.5e-4, ent_coef=0.01,
-                gae_lambda=0.95, clip_range_vf=0.2, log_std_init=0.0, vf_coef=0.5)
+DISCRETE = dict(num_envs=8, n_steps=128, num_minibatches=8, n_epochs=9, learning_rate=1.88e-3, ent_coef=2.7e-5,
+                gae_lambda=0.99, clip_range=0.1, clip_range_vf=0.1, log_std_init=0.0, vf_coef=0.687, max_grad_norm=0.3)
 CONTINUOUS = dict(num_envs=8, n_steps=256, num_minibatches=8, n_epochs=10, learning_rate=3e-4, ent_coef=0.0,
-                  gae_lambda=0.8, clip_range_vf=None, log_std_init=-1.0, vf_coef=1.0)
+                  gae_lambda=0.8, clip_range=0.2, clip_range_vf=None, log_std_init=-1.0, vf_coef=1.0, max_grad_norm=0.5)
 CLEANRL = dict(num_envs=1, n_steps=2048, num_minibatches=32, n_epochs=10, learning_rate=3e-4, ent_coef=0.0,
-               gae_lambda=0.95, clip_range_vf=0.2, log_std_init=0.0, vf_coef=0.5)
+               gae_lambda=0.95, clip_range=0.2, clip_range_vf=0.2, log_std_init=0.0, vf_coef=0.5, max_grad_norm=0.5)
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
@@ -49,11 +49,11 @@ if __name__ == "__main__":
         learning_rate=lambda progress: progress * config["learning_rate"],  # linear annealing, as ours
         gamma=0.99,
         gae_lambda=config["gae_lambda"],
-        clip_range=0.2,
-        clip_range_vf=config["clip_range_vf"],  # ours clips the value loss unless --no-clip-vloss
+        clip_range=config["clip_range"],
+        clip_range_vf=config["clip_range_vf"],  # ours clips the value loss (by clip_coef) unless --no-clip-vloss
         ent_coef=config["ent_coef"],
         vf_coef=(config["vf_coef"] if cli.vf_coef is None else cli.vf_coef) / 2,  # SB3's squared error, ours half of it
-        max_grad_norm=0.5,
+        max_grad_norm=config["max_grad_norm"],
         policy_kwargs=dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh, log_std_init=config["log_std_init"]),
         device="cpu",
         seed=cli.seed,

@@ -135,7 +135,7 @@ def constructed_env_id(ppo, name):
 
 
 SHORT_RUNS = {
-    "ppo_discrete": dict(env_id="CartPole-v1", num_envs=4, num_steps=128),
+    "ppo_discrete": dict(env_id="CartPole-v1", num_envs=4, num_steps=128, num_minibatches=4, update_epochs=4),
     "ppo_continuous": dict(env_id="Pendulum-v1", num_envs=2, num_steps=256, num_minibatches=8, update_epochs=2),
     "ppo_vector_sameStep": dict(env_id="Pendulum-v1", num_envs=2, num_steps=256, num_minibatches=8, update_epochs=2, vectorization_mode="sync"),
 }

@@ -28,7 +28,7 @@ import plot  # noqa: E402
 import reach  # noqa: E402
 import run as runner  # noqa: E402
 
-TINY = ["--total-timesteps", "2048", "--checkpoint-interval", "1"]
+TINY = ["--total-timesteps", "2048", "--num-envs", "4", "--checkpoint-interval", "1"]  # Acrobot ends an episode in 512 steps
 
 
 def tool(name, *args, cwd, **popen):
@@ -363,7 +363,7 @@ def test_reach_says_what_is_wrong_with_its_input_in_one_line(tmp_path):
 
 
 def test_a_damaged_result_is_read_again_from_the_logs_and_left_out_of_the_plots(tmp_path):
-    command = ["--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--seeds", "1", "--out", "out", "--total-timesteps", "512"]
+    command = ["--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--seeds", "1", "--out", "out", "--total-timesteps", "1024"]
     assert tool("run.py", *command, cwd=tmp_path).wait(timeout=120) == 0
     (tmp_path / "out" / "ppo_discrete__CartPole-v1__1" / "result.json").write_text('{"status": "fin')  # cut off mid-write
     output = tool("plot.py", "out", "--out", "plots", cwd=tmp_path).communicate(timeout=120)[0]
@@ -372,8 +372,23 @@ def test_a_damaged_result_is_read_again_from_the_logs_and_left_out_of_the_plots(
     output = tool("run.py", *command, cwd=tmp_path).communicate(timeout=120)[0]  # not ended, but it had finished
     assert "1 runs, 0 already ended" in output and "Traceback" not in output, output
     result = json.loads((tmp_path / "out" / "ppo_discrete__CartPole-v1__1" / "result.json").read_text())
-    assert result["status"] == "finished" and result["steps"] == 512, result  # read from its logs, not trained again
+    assert result["status"] == "finished" and result["steps"] == 1024, result  # read from its logs, not trained again
     assert (tmp_path / "out" / "ppo_discrete__CartPole-v1__1" / "log.txt").read_text() == log
     (tmp_path / "a_file").write_text("")
     output = tool("plot.py", "out", "--out", "a_file", cwd=tmp_path).communicate(timeout=120)[0]
     assert output.strip().splitlines()[-1].endswith("--out a_file is a file, not a folder"), output
+
+
+def test_sb3_ppo_runs_the_scripts_defaults():
+    """The speed comparisons are fair only if Stable-Baselines3 trains with the settings our scripts default to."""
+    sb3_ppo = pytest.importorskip("sb3_ppo", reason="needs stable-baselines3")
+    import ppo_continuous
+    import ppo_discrete
+
+    for config, args in ((sb3_ppo.DISCRETE, ppo_discrete.Args()), (sb3_ppo.CONTINUOUS, ppo_continuous.Args())):
+        ours = dict(num_envs=args.num_envs, n_steps=args.num_steps, num_minibatches=args.num_minibatches,
+                    n_epochs=args.update_epochs, learning_rate=args.learning_rate, ent_coef=args.ent_coef,
+                    gae_lambda=args.gae_lambda, clip_range=args.clip_coef, vf_coef=args.vf_coef,
+                    clip_range_vf=args.clip_coef if args.clip_vloss else None, max_grad_norm=args.max_grad_norm,
+                    log_std_init=getattr(args, "init_log_std", 0.0))
+        assert config == ours

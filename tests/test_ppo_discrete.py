@@ -2,13 +2,16 @@
 
 import glob
 import os
+import re
 import shutil
+from dataclasses import asdict
 from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+import tyro
 from conftest import ROOT, scalars, short_args, start
 
 import ppo_discrete as ppo
@@ -56,7 +59,7 @@ def test_cartpole_learns_within_50k_steps(in_tmp):
 def test_a_copied_script_trains_resumes_and_evaluates_under_its_own_name(tmp_path):
     shutil.copy(os.path.join(ROOT, "ppo_discrete.py"), tmp_path / "my_experiment.py")
     copy = str(tmp_path / "my_experiment.py")
-    assert start(copy, "--total-timesteps", "512", cwd=tmp_path).wait(timeout=120) == 0
+    assert start(copy, "--total-timesteps", "512", "--num-envs", "4", cwd=tmp_path).wait(timeout=120) == 0
     (path,) = glob.glob(str(tmp_path / "runs" / "CartPole-v1__my_experiment__1__*" / "checkpoint.pt"))
     assert start(copy, "--resume", path, "--total-timesteps", "1024", cwd=tmp_path).wait(timeout=120) == 0
     evaluation = start(copy, "--eval-checkpoint", path, "--eval-episodes", "2", cwd=tmp_path).communicate(timeout=120)[0]
@@ -65,3 +68,13 @@ def test_a_copied_script_trains_resumes_and_evaluates_under_its_own_name(tmp_pat
     assert checkpoint["script"] == "my_experiment.py" and checkpoint["global_step"] == 1024
     with pytest.raises(SystemExit, match="is a checkpoint of my_experiment.py, not of ppo_discrete.py: use my_experiment.py"):
         ppo.load_checkpoint(path)
+
+
+def test_help_ends_with_the_flags_that_give_cleanrls_settings():
+    """The defaults were tuned (LunarLander-v3 included); CleanRL's ppo.py settings stay one paste away in --help."""
+    flags = re.search(r"(--learning-rate .*)$", " ".join(ppo.Args.__doc__.split())).group(1)
+    cleanrl = {"learning_rate": 2.5e-4, "num_envs": 4, "num_steps": 128, "gamma": 0.99, "gae_lambda": 0.95,
+               "num_minibatches": 4, "update_epochs": 4, "clip_coef": 0.2, "clip_vloss": True, "ent_coef": 0.01,
+               "vf_coef": 0.5, "max_grad_norm": 0.5, "anneal_lr": True, "norm_adv": True, "hidden_size": 64}
+    assert asdict(tyro.cli(ppo.Args, args=flags.split())) == {**asdict(ppo.Args()), **cleanrl}
+    assert {key: value for key, value in asdict(ppo.Args()).items() if key in cleanrl} != cleanrl
