@@ -67,6 +67,18 @@ class ConstantRewardEnv(gym.Env):
 
 
 
+class RenderFailsEnv(ConstantRewardEnv):
+    """ConstantRewardEnv whose render() raises (with --capture-video, env 0 is filmed from its first reset)."""
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 30}
+
+    def __init__(self, render_mode=None, **kwargs):
+        super().__init__(**kwargs)
+        self.render_mode = render_mode
+
+    def render(self):
+        raise RuntimeError("the renderer lost its context")
+
+
 class SpacesEnv(gym.Env):
     """Reward 1 a step and 20-step episodes, with any observation and action spaces; observations are samples."""
 
@@ -119,6 +131,8 @@ for suffix, box in (("", False), ("Box", True)):
                  kwargs={"hang_at": 300, "box_actions": box})
     gym.register(f"test/ShapeShifting{suffix}-v0", entry_point=ConstantRewardEnv,
                  kwargs={"terminate_after": 20, "final_shape": (2,), "box_actions": box})
+    gym.register(f"test/RenderFails{suffix}-v0", entry_point=RenderFailsEnv, max_episode_steps=20,
+                 kwargs={"box_actions": box})
 
 
 def broken_renderer():

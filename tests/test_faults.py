@@ -237,6 +237,8 @@ FAULTS = [
     Fault("env that hangs, stopped by a second Ctrl-C", r"stopped by a second signal in the iteration after step \d+; checkpoint of "
           r"the last complete iteration \(step \d+\) saved", ("--env-id", "{env:Hanging}", "--total-timesteps", "4096",
           "--checkpoint-interval", "0"), fault=two_signals_while_the_env_hangs, progress=True, resume_env="ConstantTruncated"),
+    Fault("env whose render() raises", r"test/RenderFails(Box)?-v0 raised RuntimeError: the renderer lost its context in the "
+          r"iteration after step 0; nothing new to save", ("--env-id", "{env:RenderFails}", "--capture-video")),
     Fault("final observation of another shape", r"test/ShapeShifting(Box)?-v0 (raised ValueError: .*|returned a final observation of a "
           r"shape other than \(1,\)) in the iteration after step 0; nothing new to save", ("--env-id", "{env:ShapeShifting}")),
     Fault("NaN loss part-way through an update", r"non-finite loss in the iteration after step 512; checkpoint of the last "
