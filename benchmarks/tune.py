@@ -16,7 +16,8 @@ Storage: by default a journal file (<work-dir>/<study-name>.journal), which the 
 can share: start the command several times to run trials side by side. With a database URL, e.g.
 `--storage postgresql://user:password@host/dbname`, every machine that runs the same command joins the
 same study. Ctrl-C stops a process; its unfinished trial is queued again, with the same parameters, for
-the next start (SIGTERM does the same). Flags the tuner does not know go to every run unchanged.
+the next start (SIGTERM does the same). Flags the tuner does not know go to every run unchanged, and a
+setting they fix (`--num-envs 1`) is left out of the search.
 """
 
 import argparse
@@ -37,48 +38,45 @@ from common import (ROOT, SCORE_RANGES, RunNotReadable, last_log_line, normalize
                     read_run, script_environment, stop_with_parent)
 
 
-def common_space(trial):
-    return {
-        "learning-rate": trial.suggest_float("learning-rate", 1e-5, 3e-3, log=True),
-        "gamma": trial.suggest_categorical("gamma", [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]),
-        "gae-lambda": trial.suggest_categorical("gae-lambda", [0.8, 0.9, 0.95, 0.98, 0.99]),
-        "clip-coef": trial.suggest_categorical("clip-coef", [0.1, 0.2, 0.3]),
-        "update-epochs": trial.suggest_int("update-epochs", 1, 10),
-        "vf-coef": trial.suggest_float("vf-coef", 0.1, 1.0),
-        "max-grad-norm": trial.suggest_categorical("max-grad-norm", [0.3, 0.5, 1.0, 5.0]),
-    }
+# Each setting the sweep searches: how a trial samples it. A flag given on the command line fixes its setting
+# for the whole study instead: that setting is not searched (and the printed command names it once).
+COMMON_SPACE = {
+    "learning-rate": lambda trial, name: trial.suggest_float(name, 1e-5, 3e-3, log=True),
+    "gamma": lambda trial, name: trial.suggest_categorical(name, [0.9, 0.95, 0.98, 0.99, 0.995, 0.999]),
+    "gae-lambda": lambda trial, name: trial.suggest_categorical(name, [0.8, 0.9, 0.95, 0.98, 0.99]),
+    "clip-coef": lambda trial, name: trial.suggest_categorical(name, [0.1, 0.2, 0.3]),
+    "update-epochs": lambda trial, name: trial.suggest_int(name, 1, 10),
+    "vf-coef": lambda trial, name: trial.suggest_float(name, 0.1, 1.0),
+    "max-grad-norm": lambda trial, name: trial.suggest_categorical(name, [0.3, 0.5, 1.0, 5.0]),
+}
+DISCRETE_SPACE = {
+    **COMMON_SPACE,
+    "num-envs": lambda trial, name: trial.suggest_categorical(name, [4, 8, 16]),
+    "num-steps": lambda trial, name: trial.suggest_categorical(name, [32, 64, 128, 256, 512]),
+    "num-minibatches": lambda trial, name: trial.suggest_categorical(name, [1, 2, 4, 8]),
+    "ent-coef": lambda trial, name: trial.suggest_float(name, 1e-5, 0.1, log=True),
+}
+CONTINUOUS_SPACE = {
+    **COMMON_SPACE,
+    "num-envs": lambda trial, name: trial.suggest_categorical(name, [1, 4, 8, 16]),
+    "num-steps": lambda trial, name: trial.suggest_categorical(name, [256, 512, 1024, 2048, 4096]),
+    "num-minibatches": lambda trial, name: trial.suggest_categorical(name, [4, 8, 16, 32, 64]),
+    "ent-coef": lambda trial, name: trial.suggest_categorical(name, [0.0, 1e-4, 1e-3, 1e-2]),
+    "init-log-std": lambda trial, name: trial.suggest_categorical(name, [-1.5, -1.0, -0.5, 0.0]),
+    "hidden-size": lambda trial, name: trial.suggest_categorical(name, [64, 128, 256]),
+}
 
 
-def discrete_space(trial):
-    return {
-        **common_space(trial),
-        "num-envs": trial.suggest_categorical("num-envs", [4, 8, 16]),
-        "num-steps": trial.suggest_categorical("num-steps", [32, 64, 128, 256, 512]),
-        "num-minibatches": trial.suggest_categorical("num-minibatches", [1, 2, 4, 8]),
-        "ent-coef": trial.suggest_float("ent-coef", 1e-5, 0.1, log=True),
-    }
-
-
-def continuous_space(trial):
-    return {
-        **common_space(trial),
-        "num-envs": trial.suggest_categorical("num-envs", [1, 4, 8, 16]),
-        "num-steps": trial.suggest_categorical("num-steps", [256, 512, 1024, 2048, 4096]),
-        "num-minibatches": trial.suggest_categorical("num-minibatches", [4, 8, 16, 32, 64]),
-        "ent-coef": trial.suggest_categorical("ent-coef", [0.0, 1e-4, 1e-3, 1e-2]),
-        "init-log-std": trial.suggest_categorical("init-log-std", [-1.5, -1.0, -0.5, 0.0]),
-        "hidden-size": trial.suggest_categorical("hidden-size", [64, 128, 256]),
-    }
-
-
-def search_space(env_id):
-    """discrete_space or continuous_space, by the env's action space."""
+def search_space(env_id, script_flags):
+    """The settings to search, by the env's action space (Discrete or Box), less those script_flags fix."""
     import gymnasium as gym
 
     env = gym.make(env_id)
     discrete = isinstance(env.action_space, gym.spaces.Discrete)
     env.close()
-    return discrete_space if discrete else continuous_space
+    fixed = {flag[2:].split("=")[0].replace("_", "-") for flag in script_flags if flag.startswith("--")}
+    return {name: sample for name, sample in (DISCRETE_SPACE if discrete else CONTINUOUS_SPACE).items()
+            if name not in fixed}
 
 
 class TrialFailed(Exception):
@@ -113,7 +111,7 @@ def run_once(trial, params, env_id, seed, cli, script_flags):
 
 def run_trial(study, trial, cli, script_flags):
     """Score the trial's flags on every env and seed; tell the study the result, pruned or failed."""
-    params = cli.search_space(trial)
+    params = {name: sample(trial, name) for name, sample in cli.search_space.items()}
     runs = [(env_id, seed) for seed in range(1, cli.num_seeds + 1) for env_id in cli.env_ids]
     scores = {}
     try:
@@ -156,8 +154,9 @@ def open_study(cli):
         try:
             return optuna.create_study(study_name=cli.study_name, storage=storage, direction="maximize", load_if_exists=True,
                                        pruner=optuna.pruners.MedianPruner(n_startup_trials=5))
-        except Exception as e:
-            if attempt == 4:  # an unreachable server, a wrong password, a path that cannot be written
+        except Exception as e:  # a race ends in one of these; an unreachable server or a wrong password at once
+            race = type(e).__name__ == "IntegrityError" or "already exists" in str(e) or "is locked" in str(e)
+            if attempt == 4 or not race:  # and so does a path that cannot be written
                 sys.exit(f"error: cannot open the study in {cli.storage or storage}: {str(e).strip().splitlines()[0][:300]}")
             time.sleep(1 + attempt)
 
@@ -184,7 +183,7 @@ def main():
     cli.script_path = cli.script if os.path.isfile(cli.script) else os.path.join(ROOT, cli.script)
     if not os.path.isfile(cli.script_path):
         parser.error(f"no script {cli.script} (here or in {ROOT})")
-    cli.script_path, cli.search_space = os.path.abspath(cli.script_path), search_space(cli.env_ids[0])
+    cli.script_path, cli.search_space = os.path.abspath(cli.script_path), search_space(cli.env_ids[0], script_flags)
     defined_by = [os.path.splitext(os.path.basename(cli.script))[0], "_".join(cli.env_ids), f"{cli.total_timesteps or 'default'}steps",
                   f"{cli.num_seeds}seeds", cli.objective, *script_flags]
     cli.study_name = cli.study_name or re.sub(r"[^A-Za-z0-9_.=-]+", "-", "__".join(defined_by)).strip("-")

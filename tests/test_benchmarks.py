@@ -345,6 +345,8 @@ def test_a_sweep_takes_a_copied_script_and_keys_its_study_by_every_setting(tmp_p
         output = tool("tune.py", "--script", "my_experiment.py", "--env-ids", "CartPole-v1", "--num-trials", "1", "--num-seeds", "1",
                       "--total-timesteps", steps, "--num-envs", "1", "--work-dir", str(tmp_path / "work"), cwd=tmp_path).communicate(timeout=300)[0]
         assert f"python my_experiment.py --env-id CartPole-v1 --total-timesteps {steps} --learning-rate" in output, output
+        best = next(line for line in output.splitlines() if line.startswith("python my_experiment.py"))
+        assert best.count("--num-envs") == 1 and best.endswith("--num-envs 1"), best  # a flag given fixes it: not searched
         names.append(re.search(r"\(study (\S+): mean over envs, 1 seeds a trial\)", output).group(1))
     assert names == ["my_experiment__CartPole-v1__512steps__1seeds__mean__--num-envs__1",
                      "my_experiment__CartPole-v1__1024steps__1seeds__mean__--num-envs__1"]  # two studies, not one
