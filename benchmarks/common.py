@@ -73,10 +73,11 @@ def read_run(run_folder):
     }
 
 
-def normalized_score(env_id, score):
-    if env_id not in SCORE_RANGES:
-        raise KeyError(f"no score range for {env_id}: add its random and reference returns to SCORE_RANGES in benchmarks/common.py")
-    random_return, reference_return = SCORE_RANGES[env_id]
+def normalized_score(env_id, score, ranges=SCORE_RANGES):
+    """0 for a random policy's return, 1 for the reference's; an env without a range in `ranges` keeps its raw return."""
+    if env_id not in ranges:
+        return score
+    random_return, reference_return = ranges[env_id]
     return (score - random_return) / (reference_return - random_return)
 
 
@@ -93,9 +94,10 @@ def last_log_line(path):
 
 
 def script_environment():
-    """The environment for a script's process: the repository on PYTHONPATH, so that gymnasium can import
-    env modules of the repository's (e.g. `--env-id benchmarks.waiting_env:WaitingPendulum-v0`)."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")]))}
+    """The environment for a script's process, which runs in a run folder of its own: the repository and the folder
+    the tool was started in on PYTHONPATH, so that gymnasium can import env modules from either (e.g. `--env-id
+    benchmarks.waiting_env:WaitingPendulum-v0`, or `my_envs:PointReach-v0` with my_envs.py where the tool was started)."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.getcwd(), os.environ.get("PYTHONPATH")]))}
 
 
 def stop_with_parent():

@@ -2,15 +2,15 @@
 
     python benchmarks/tune.py --script ppo_discrete.py --env-ids CartPole-v1 Acrobot-v1 --num-trials 50 --num-seeds 2 --total-timesteps 100000
 
-A trial runs the script once per env and seed with the sampled flags and scores it by the normalized
-return (0 = random policy, 1 = reference; benchmarks/common.py) of each run's last 100 episodes: the mean
-over envs and seeds, or with `--objective min` the worst env's mean over seeds (a setting that must work
-everywhere). After each run the trial reports its score so far, and the median rule prunes a trial that
-trails the earlier trials at the same point. --num-trials counts the trials of the whole study, whichever
-process ran them. The script is any path (a copy of one of the scripts too); the search space follows the
-first env's action space (Discrete or Box). A study is defined by the script, the envs, the budget, the
-seeds, the objective and the extra flags: its default name holds all of them, so trials of other settings
-are never ranked together.
+A trial runs the script once per env and seed with the sampled flags and scores it by the normalized return
+(0 = random policy, 1 = reference; benchmarks/common.py or --score-range) of each run's last 100 episodes (a
+sweep of one env without a score range: the return itself): the mean over envs and seeds, or with
+`--objective min` the worst env's mean over seeds (a setting that must work everywhere). After each run the
+trial reports its score so far, and the median rule prunes a trial that trails the earlier trials at the
+same point. --num-trials counts the trials of the whole study, whichever process ran them. The script is
+any path (a copy of one of the scripts too); the search space follows the first env's action space (Discrete
+or Box). A study is defined by the script, the envs, the budget, the seeds, the objective and the extra
+flags: its default name holds all of them, so trials of other settings are never ranked together.
 
 Storage: by default a journal file (<work-dir>/<study-name>.journal), which the processes of one machine
 can share: start the command several times to run trials side by side. With a database URL, e.g.
@@ -71,7 +71,10 @@ def search_space(env_id, script_flags):
     """The settings to search, by the env's action space (Discrete or Box), less those script_flags fix."""
     import gymnasium as gym
 
-    env = gym.make(env_id)
+    try:
+        env = gym.make(env_id)
+    except Exception as e:  # an unknown id, a module that is not found
+        sys.exit(f"error: cannot make env {env_id}: {type(e).__name__}: {str(e).strip().splitlines()[0][:300]}")
     discrete = isinstance(env.action_space, gym.spaces.Discrete)
     env.close()
     fixed = {flag[2:].split("=")[0].replace("_", "-") for flag in script_flags if flag.startswith("--")}
@@ -116,7 +119,8 @@ def run_trial(study, trial, cli, script_flags):
     scores = {}
     try:
         for step, (env_id, seed) in enumerate(runs):
-            scores.setdefault(env_id, []).append(normalized_score(env_id, run_once(trial, params, env_id, seed, cli, script_flags)))
+            final_return = run_once(trial, params, env_id, seed, cli, script_flags)
+            scores.setdefault(env_id, []).append(normalized_score(env_id, final_return, cli.score_ranges))
             trial.report(score(scores, cli.objective), step)
             if step + 1 < len(runs) and trial.should_prune():
                 study.tell(trial, state=TrialState.PRUNED)
@@ -172,10 +176,20 @@ def main():
     parser.add_argument("--study-name", default=None, help="default: made of every setting that defines the study")
     parser.add_argument("--storage", default=None, help="a database URL, or a journal file (default: <work-dir>/<study-name>.journal)")
     parser.add_argument("--work-dir", default="benchmark_runs/tune", help="the runs' folders and logs")
+    parser.add_argument("--score-range", nargs=3, action="append", default=[], metavar=("ENV_ID", "RANDOM", "REFERENCE"),
+                        help="an env's returns of a random policy and of a good one (its normalized scores 0 and 1), for "
+                             "an env that benchmarks/common.py does not know; a sweep of one env alone needs none")
     cli, script_flags = parser.parse_known_args()
+    try:
+        cli.score_ranges = {**SCORE_RANGES, **{env_id: (float(low), float(high)) for env_id, low, high in cli.score_range}}
+    except ValueError as e:
+        parser.error(f"--score-range takes an env id and two numbers: {e}")
+    if any(low == high for low, high in cli.score_ranges.values()):
+        parser.error("--score-range needs two different returns: the random policy's and the reference's")
     for env_id in cli.env_ids:
-        if env_id not in SCORE_RANGES:
-            parser.error(f"no score range for {env_id}: add its random and reference returns to SCORE_RANGES in benchmarks/common.py")
+        if env_id not in cli.score_ranges and len(cli.env_ids) > 1:  # one env alone is scored by its raw return
+            parser.error(f"no score range for {env_id}: give --score-range {env_id} RANDOM REFERENCE (the returns of a "
+                         "random policy and of a good one), or add it to SCORE_RANGES in benchmarks/common.py")
     if cli.num_trials < 1 or cli.num_seeds < 1:
         parser.error("--num-trials and --num-seeds must be at least 1")
     if cli.total_timesteps is not None and cli.total_timesteps < 1:
@@ -183,9 +197,11 @@ def main():
     cli.script_path = cli.script if os.path.isfile(cli.script) else os.path.join(ROOT, cli.script)
     if not os.path.isfile(cli.script_path):
         parser.error(f"no script {cli.script} (here or in {ROOT})")
-    cli.script_path, cli.search_space = os.path.abspath(cli.script_path), search_space(cli.env_ids[0], script_flags)
+    cli.script_path = os.path.abspath(cli.script_path)
+    sys.path[:0] = [os.getcwd(), os.path.dirname(cli.script_path)]  # where the runs find a module named in `my_envs:Env-v0`
+    cli.search_space = search_space(cli.env_ids[0], script_flags)
     defined_by = [os.path.splitext(os.path.basename(cli.script))[0], "_".join(cli.env_ids), f"{cli.total_timesteps or 'default'}steps",
-                  f"{cli.num_seeds}seeds", cli.objective, *script_flags]
+                  f"{cli.num_seeds}seeds", cli.objective, *script_flags, *[item for triple in cli.score_range for item in triple]]
     cli.study_name = cli.study_name or re.sub(r"[^A-Za-z0-9_.=-]+", "-", "__".join(defined_by)).strip("-")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = open_study(cli)
@@ -213,7 +229,8 @@ def main():
     if not finished:
         sys.exit("error: no trial finished; see the failures in the logs under " + os.path.join(cli.work_dir, cli.study_name))
     best = study.best_trial
-    print(f"best: trial {best.number}, normalized score {best.value:.3f} ({len(finished)} trials finished)")
+    kind = "normalized score" if cli.env_ids[0] in cli.score_ranges else "score (the mean final return: no score range)"
+    print(f"best: trial {best.number}, {kind} {best.value:.3f} ({len(finished)} trials finished)")
     budget = f" --total-timesteps {cli.total_timesteps}" if cli.total_timesteps else ""
     for env_id in cli.env_ids:
         print(f"python {cli.script} --env-id {env_id}{budget} {' '.join(as_flags(best.params))} {' '.join(script_flags)}".rstrip())

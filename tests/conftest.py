@@ -1,6 +1,7 @@
 """Shared helpers: small constructed environments, short-run settings, and ways to run a script."""
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -193,6 +194,14 @@ def start(path, *flags, cwd, **popen):
     its output comes back as text, stderr into stdout unless `stderr` is given."""
     popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **popen}
     return subprocess.Popen([sys.executable, os.path.join(ROOT, path), *flags], cwd=cwd, **popen)
+
+
+def readme_own_env(folder):
+    """Write the README's "Your own environment" file, my_envs.py, into folder; return that README section."""
+    section = open(os.path.join(ROOT, "README.md")).read().split("## Your own environment")[1].split("\n## ")[0]
+    with open(os.path.join(folder, "my_envs.py"), "w") as file:
+        file.write(re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1))
+    return section
 
 
 def wait_for(condition, timeout=120, interval=0.1):

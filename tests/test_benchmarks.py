@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from conftest import ROOT, start, wait_for
+from conftest import ROOT, readme_own_env, start, wait_for
 
 for package in ("optuna", "matplotlib", "scipy"):  # the tools' own requirements
     pytest.importorskip(package, reason="the tools need: pip install -r benchmarks/requirements.txt")
@@ -252,10 +252,21 @@ def test_sweep_two_processes_share_a_postgresql_study(tmp_path):
     optuna.delete_study(study_name=study.study_name, storage=url)
 
 
-def test_tuner_refuses_an_env_without_a_score_range(tmp_path):
-    process = tool("tune.py", "--env-ids", "MountainCar-v0", "--work-dir", str(tmp_path), cwd=tmp_path)
+def test_tuner_asks_for_the_score_range_of_an_unknown_env_among_several(tmp_path):
+    process = tool("tune.py", "--env-ids", "MountainCar-v0", "CartPole-v1", "--work-dir", str(tmp_path), cwd=tmp_path)
     output, _ = process.communicate(timeout=60)
-    assert process.returncode == 2 and "no score range for MountainCar-v0" in output and "Traceback" not in output
+    assert process.returncode == 2 and "Traceback" not in output, output
+    assert "no score range for MountainCar-v0: give --score-range MountainCar-v0 RANDOM REFERENCE" in output, output
+
+
+def test_a_sweep_of_the_readme_own_env_alone_runs_first_time_and_scores_raw_returns(tmp_path):
+    """my_envs.py where the user works, the repository's script: its runs (in folders of their own) import it."""
+    readme_own_env(tmp_path)
+    output = tool("tune.py", "--script", "ppo_continuous.py", "--env-ids", "my_envs:PointReach-v0", "--num-trials", "1",
+                  "--num-seeds", "1", "--total-timesteps", "1024", "--num-envs", "1", "--num-steps", "512",
+                  "--num-minibatches", "4", "--work-dir", "work", cwd=tmp_path).communicate(timeout=300)[0]
+    assert "best: trial 0, score (the mean final return: no score range) -" in output, output
+    assert "python ppo_continuous.py --env-id my_envs:PointReach-v0 --total-timesteps 1024 --learning-rate" in output
 
 
 @pytest.mark.parametrize("args, message, code", [

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import tyro
-from conftest import ROOT, scalars, short_args, start
+from conftest import ROOT, readme_own_env, scalars, short_args, start
 
 import ppo_continuous as ppo
 
@@ -151,8 +151,7 @@ def test_pendulum_learns(in_tmp):
 
 def test_the_readme_own_environment_example_runs_as_written(tmp_path):
     """The README's "Your own environment": its file next to a copy of the script, its command (fewer steps)."""
-    section = open(os.path.join(ROOT, "README.md")).read().split("## Your own environment")[1].split("\n## ")[0]
-    (tmp_path / "my_envs.py").write_text(re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1))
+    section = readme_own_env(tmp_path)
     shutil.copy(os.path.join(ROOT, "ppo_continuous.py"), tmp_path)
     command = re.search(r"^    python (ppo_continuous.py --env-id my_envs:.*)$", section, re.MULTILINE).group(1)
     flags = shlex.split(command.replace("--total-timesteps 50000", "--total-timesteps 2048"))[1:]  # as the shell splits it
