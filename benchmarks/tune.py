@@ -198,7 +198,7 @@ def main():
     if not os.path.isfile(cli.script_path):
         parser.error(f"no script {cli.script} (here or in {ROOT})")
     cli.script_path = os.path.abspath(cli.script_path)
-    sys.path[:0] = [os.getcwd(), os.path.dirname(cli.script_path)]  # where the runs find a module named in `my_envs:Env-v0`
+    sys.path += [os.getcwd(), os.path.dirname(cli.script_path)]  # where the runs find a module named in `my_envs:Env-v0`
     cli.search_space = search_space(cli.env_ids[0], script_flags)
     defined_by = [os.path.splitext(os.path.basename(cli.script))[0], "_".join(cli.env_ids), f"{cli.total_timesteps or 'default'}steps",
                   f"{cli.num_seeds}seeds", cli.objective, *script_flags, *[item for triple in cli.score_range for item in triple]]
