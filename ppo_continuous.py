@@ -625,7 +625,7 @@ class Run:
                  f"--num-steps {saved['num_steps']}")
         if self.start_iteration > self.num_iterations:
             fail(f"the checkpoint is at step {self.global_step}: pass a --total-timesteps beyond it to extend the run")
-        if self.total_timesteps != args.total_timesteps:  # the run takes whole batches
+        if args.total_timesteps not in (self.total_timesteps, Args.total_timesteps):  # a number given, cut to batches
             print(f"note: --total-timesteps {args.total_timesteps:,} is rounded down to whole batches of {batch:,}: "
                   f"{self.total_timesteps:,} steps")
         self.name, self.dir, self.lock = open_run_folder(args, checkpoint)
