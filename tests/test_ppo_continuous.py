@@ -176,3 +176,84 @@ def test_the_box_scripts_share_their_defaults_and_name_cleanrls_settings_in_help
     cleanrl_args = {"num_envs": 1, "num_steps": 2048, "num_minibatches": 32, "init_log_std": 0.0, "clip_vloss": True,
                     "gae_lambda": 0.95, "vf_coef": 0.5}
     assert asdict(tyro.cli(ppo.Args, args=cleanrl.split())) == {**ours, **cleanrl_args}
+
+
+def test_rescaled_actions_map_the_policys_unit_range_onto_the_bounds_and_leave_unbounded_dimensions_alone():
+    space = gym.spaces.Box(np.array([-0.4, 0.0, -np.inf], np.float32), np.array([0.4, 2.0, np.inf], np.float32))
+    scale, offset = ppo.action_scaling(space, rescale=True)
+    for policy_action, env_action in [(-1.0, [-0.4, 0.0, -1.0]), (0.0, [0.0, 1.0, 0.0]), (1.0, [0.4, 2.0, 1.0]),
+                                      (3.0, [1.2, 4.0, 3.0])]:  # outside [-1, 1]: past the bounds, then clipped
+        np.testing.assert_allclose(np.full(3, policy_action, np.float32) * scale + offset, env_action, rtol=1e-6)
+    np.testing.assert_array_equal(ppo.action_scaling(space, rescale=False), (np.ones(3), np.zeros(3)))
+
+
+def test_with_rescaled_actions_the_env_gets_the_mapped_sample_and_evaluation_maps_the_same_way(in_tmp, monkeypatch):
+    received = []
+    make_env = ppo.make_env
+    monkeypatch.setattr(ppo, "make_env", lambda *a, **k: (lambda thunk: lambda: received.append(thunk()) or received[-1])(
+        make_env(*a, **k)))
+    captured = {}
+    real_transitions = ppo.real_transitions
+    monkeypatch.setattr(ppo, "real_transitions", lambda valid, obs, actions, *rest: captured.setdefault(
+        "rollout", (valid.copy(), actions.copy())) and real_transitions(valid, obs, actions, *rest))
+    args = short_args(ppo, env_id="test/ConstantTruncatedBox-v0", num_envs=1, total_timesteps=256, num_steps=256,
+                      rescale_actions=True, init_log_std=-0.5)
+    path = ppo.train(args)
+    valid, stored = captured["rollout"]
+    sent = np.array(received[-1].unwrapped.received_actions)
+    expected = np.clip(np.clip(stored[valid[:, 0] > 0, 0], -1, 1) * [0.4, 1.0] + [0.0, 1.0], [-0.4, 0.0], [0.4, 2.0])
+    np.testing.assert_allclose(sent, expected, rtol=1e-5, atol=1e-6)
+    assert np.ptp(sent[:, 1]) > 1.0  # the std covers the range of [0, 2], not a tenth of it
+
+    checkpoint = ppo.load_checkpoint(path)
+    ppo.evaluate(ppo.Args(**{**checkpoint["args"], "eval_checkpoint": path, "eval_episodes": 1}), checkpoint)
+    agent = ppo.Agent(SimpleNamespace(single_observation_space=gym.spaces.Box(-1, 1, (1,)),
+                                      single_action_space=gym.spaces.Box(-1, 1, (2,))))
+    agent.load_state_dict(checkpoint["model"])
+    with torch.no_grad():
+        mean = agent.act_deterministic(torch.zeros(1, 1))[0].numpy()  # the env's observation is always 0
+    np.testing.assert_allclose(received[-1].unwrapped.received_actions[0], np.clip(mean * [0.4, 1.0] + [0.0, 1.0],
+                                                                                    [-0.4, 0.0], [0.4, 2.0]), rtol=1e-5)
+
+
+def test_normalized_critic_learns_standardized_targets_and_its_output_mapped_back_tracks_the_returns(in_tmp, monkeypatch):
+    """Reward 1 a step, episodes truncated at 20, no reward scaling: returns of about 10, far from a unit scale."""
+    seen = []
+    compute_advantages, real_transitions = ppo.compute_advantages, ppo.real_transitions
+
+    def spy_gae(rewards, values, *rest):
+        advantages = compute_advantages(rewards, values, *rest)
+        seen.append({"raw_values": values.copy(), "raw_returns": advantages + values})
+        return advantages
+
+    def spy_transitions(valid, obs, actions, logprobs, advantages, returns, values):
+        seen[-1].update(valid=valid > 0, targets=returns.copy())
+        return real_transitions(valid, obs, actions, logprobs, advantages, returns, values)
+
+    monkeypatch.setattr(ppo, "compute_advantages", spy_gae)
+    monkeypatch.setattr(ppo, "real_transitions", spy_transitions)
+    args = short_args(ppo, env_id="test/ConstantTruncatedBox-v0",
+                      num_envs=2, num_steps=128, total_timesteps=256 * 12, norm_value=True, norm_reward=False,
+                      learning_rate=3e-3, anneal_lr=False)
+    path = ppo.train(args)
+    first, last = seen[0], seen[-1]
+    targets = first["targets"][first["valid"]]
+    assert abs(targets.mean()) < 0.05 and targets.std() == pytest.approx(1.0, abs=0.05)  # what the critic learns
+    raw = last["raw_returns"][last["valid"]]
+    assert raw.mean() > 5  # the returns' own scale
+    assert last["raw_values"][last["valid"]].mean() == pytest.approx(raw.mean(), rel=0.2)  # the critic, mapped back
+    value_rms = torch.load(path, weights_only=True)["value_rms"]  # saved with the run, so resume maps back alike
+    assert float(value_rms["mean"]) > 5 and value_rms["count"] > 256 * 11
+
+
+def test_kl_adaptive_learning_rate_moves_against_the_kl_and_replaces_annealing(in_tmp):
+    assert ppo.adapted_lr(1e-3, kl=0.05, target=0.01) == pytest.approx(1e-3 / 1.5)  # moved too far: smaller steps
+    assert ppo.adapted_lr(1e-3, kl=0.001, target=0.01) == pytest.approx(1.5e-3)  # moved too little: larger steps
+    assert ppo.adapted_lr(1e-3, kl=0.01, target=0.01) == 1e-3
+    assert ppo.adapted_lr(1e-6, kl=1.0, target=0.01) == 1e-6 and ppo.adapted_lr(1e-2, kl=0.0, target=0.01) == 1e-2
+    epochs = 3
+    for target, factor in [(1e-12, 1 / 1.5), (10.0, 1.5)]:  # every epoch's KL is above 2x / below 0.5x of the target
+        path = ppo.train(short_args(ppo, kl_adaptive_lr=target, update_epochs=epochs, learning_rate=1e-4,
+                                    exp_name=f"kl{target}"))
+        group = torch.load(path, weights_only=True)["optimizer"]["param_groups"][0]
+        assert group["lr"] == pytest.approx(1e-4 * factor ** (2 * epochs))  # two iterations, no annealing

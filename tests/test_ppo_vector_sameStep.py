@@ -111,3 +111,39 @@ def test_discrete_and_box_action_spaces_get_their_own_policy_head(in_tmp, capsys
     assert "mean return" in capsys.readouterr().out
 
 
+
+
+def test_box_mechanisms_of_ppo_continuous_work_alike_here(in_tmp, monkeypatch):
+    """--rescale-actions, --norm-value and --kl-adaptive-lr, as tested in test_ppo_continuous.py, on the
+    SAME_STEP loop: every sampled action reaches the env mapped onto its bounds, the critic's targets are
+    standardized and its output is mapped back for GAE, the learning rate follows the KL instead of annealing."""
+    sampled, received, seen = [], [], []
+    get_action, make_env, compute_advantages = ppo.Agent.get_action, ppo.make_env, ppo.compute_advantages
+
+    def spy_action(agent, x, action=None):
+        result = get_action(agent, x, action)
+        if action is None and x.shape[0] == 1:  # the rollout's samples of the one sub-env
+            sampled.append(result[0][0].numpy().copy())
+        return result
+
+    def spy_gae(rewards, values, *rest):
+        advantages = compute_advantages(rewards, values, *rest)
+        seen.append((values.copy(), advantages + values))
+        return advantages
+
+    monkeypatch.setattr(ppo.Agent, "get_action", spy_action)
+    monkeypatch.setattr(ppo, "make_env", lambda *a, **k: (lambda thunk: lambda: received.append(thunk()) or received[-1])(
+        make_env(*a, **k)))
+    monkeypatch.setattr(ppo, "compute_advantages", spy_gae)
+    args = short_args(ppo, env_id="test/ConstantTruncatedBox-v0", num_envs=1, num_steps=256, total_timesteps=256 * 12,
+                      rescale_actions=True, norm_value=True, norm_reward=False, kl_adaptive_lr=1e-12,
+                      learning_rate=3e-3, update_epochs=2)
+    path = ppo.train(args)
+    env_actions = np.array(received[-1].unwrapped.received_actions)
+    np.testing.assert_allclose(env_actions, np.clip(np.array(sampled) * [0.4, 1.0] + [0.0, 1.0], [-0.4, 0.0], [0.4, 2.0]),
+                               rtol=1e-5, atol=1e-6)
+    values, returns = seen[-1]
+    assert returns.mean() > 5 and values.mean() == pytest.approx(returns.mean(), rel=0.2)  # mapped back: the returns' scale
+    checkpoint = torch.load(path, weights_only=True)
+    assert float(checkpoint["value_rms"]["mean"]) > 5
+    assert checkpoint["optimizer"]["param_groups"][0]["lr"] == pytest.approx(max(3e-3 / 1.5 ** 24, 1e-6))
