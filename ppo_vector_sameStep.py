@@ -23,6 +23,7 @@ import math
 import multiprocessing
 import os
 import re
+import shlex
 import signal
 import sys
 import tempfile
@@ -500,6 +501,13 @@ def fail(message):
     raise SystemExit(f"error: {message}")
 
 
+def command(args, flag, checkpoint_path, *more):
+    """The command that runs this script on a checkpoint (flag: --resume or --eval-checkpoint), as it must be pasted in
+    this folder: it names --env-id when the env comes from a module, which a checkpoint never imports on its own."""
+    env = ["--env-id", args.env_id] if ":" in args.env_id else []
+    return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
+
+
 def first_line(error):
     return (str(error).splitlines() or [type(error).__name__])[0]
 
@@ -683,8 +691,14 @@ class CheckedEnvs(gym.vector.VectorWrapper):
         except multiprocessing.TimeoutError:
             self.failed = True
             raise EnvError(f"did not answer a step within {self.timeout} s (a sub-environment hangs?)") from None
-        except Exception as e:
+        except KeyboardInterrupt:  # a second stop signal: the script's, not the env's
+            raise
+        except BaseException as e:  # SystemExit too: some simulator bindings call sys.exit() when they lose their link
             self.failed = True
+            for process in getattr(self.env, "processes", []) if isinstance(e, (EOFError, ConnectionError)) else []:
+                process.join(timeout=1.0)  # async: a worker whose env called sys.exit() leaves a broken pipe
+                if process.exitcode is not None:
+                    raise EnvError(f"ended its worker process (exit status {process.exitcode})") from e
             raise EnvError(f"raised {type(e).__name__}: {first_line(e)}") from e
         for name, value in zip(("observation", "reward"), result[:2] if len(result) == 5 else result[:1]):
             if not np.isfinite(value).all():
@@ -704,7 +718,9 @@ class CheckedEnvs(gym.vector.VectorWrapper):
                 self.failed or not all(process.is_alive() for process in self.env.processes)):
             try:
                 return self.env.close(**kwargs)
-            except Exception as e:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as e:
                 raise EnvError(f"raised {type(e).__name__}: {first_line(e)} while closing") from e
         for process in self.env.processes:
             process.terminate()
@@ -727,7 +743,8 @@ class Run:
             fail(f"a resumed run keeps its batch: the checkpoint was trained with --num-envs {saved['num_envs']} "
                  f"--num-steps {saved['num_steps']}")
         if self.start_iteration > self.num_iterations:
-            fail(f"the checkpoint is at step {self.global_step}: pass a --total-timesteps beyond it to extend the run")
+            fail(f"the checkpoint is at step {self.global_step}: pass a --total-timesteps beyond it to extend the run: "
+                 f"{command(args, '--resume', args.resume, '--total-timesteps', str(2 * self.global_step))}")
         if args.total_timesteps not in (self.total_timesteps, Args.total_timesteps):  # a number given, cut to batches
             print(f"note: --total-timesteps {args.total_timesteps:,} is rounded down to whole batches of {batch:,}: "
                   f"{self.total_timesteps:,} steps")
@@ -778,6 +795,8 @@ class Run:
             self.lock.close()
             with contextlib.suppress(*((Exception,) if sys.exc_info()[1] else ())):  # after a fault, that fault is said
                 envs.close()
+        print(f"evaluate with: {command(args, '--eval-checkpoint', self.checkpoint_path)}\nextend with: "
+              f"{command(args, '--resume', self.checkpoint_path, '--total-timesteps', str(2 * self.global_step))}")
         print(f"done: {self.global_step:,} steps; checkpoint at {self.checkpoint_path}")
 
     def on_signal(self, signum, frame):
@@ -792,7 +811,7 @@ class Run:
         if self.last_complete is not None:
             self.save()
             outcome = (f"checkpoint of the last complete iteration (step {self.global_step}) saved. "
-                       f"Resume with: python {sys.argv[0]} --resume {self.checkpoint_path}")
+                       f"Resume with: {command(self.args, '--resume', self.checkpoint_path)}")
         cause = error.__cause__
         if isinstance(error, EnvError) and cause:  # the env's own frames (not gymnasium's, not this script's)
             ours = (os.path.dirname(gym.__file__), os.path.dirname(multiprocessing.__file__), os.path.abspath(__file__))
@@ -831,7 +850,7 @@ class Run:
             self.save()
         if self.stop_signal and not final:  # a signal during the last iteration: the run is finished
             print(f"\nstopped at step {global_step:,}; checkpoint saved. "
-                  f"Resume with: python {sys.argv[0]} --resume {self.checkpoint_path}")
+                  f"Resume with: {command(self.args, '--resume', self.checkpoint_path)}")
             raise SystemExit(128 + self.stop_signal[0])
 
     def print_progress(self, global_step, sps, final):
@@ -943,6 +962,8 @@ def evaluate(args, checkpoint):
 
 
 def main():
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # imports done: Ctrl-C raises KeyboardInterrupt, which
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # CheckedEnvs never takes for the env's own fault
     try:
         args, checkpoint = parse_args()
         evaluate(args, checkpoint) if args.eval_checkpoint else train(args, checkpoint)

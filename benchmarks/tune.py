@@ -49,17 +49,15 @@ COMMON_SPACE = {
     "vf-coef": lambda trial, name: trial.suggest_float(name, 0.1, 1.0),
     "max-grad-norm": lambda trial, name: trial.suggest_categorical(name, [0.3, 0.5, 1.0, 5.0]),
 }
+# The rollout's shape, (num-envs choices, num-steps choices); search_space() cuts them to batches that fit the budget.
+BATCHES = {"discrete": ([4, 8, 16], [32, 64, 128, 256, 512]), "box": ([1, 4, 8, 16], [256, 512, 1024, 2048, 4096])}
 DISCRETE_SPACE = {
     **COMMON_SPACE,
-    "num-envs": lambda trial, name: trial.suggest_categorical(name, [4, 8, 16]),
-    "num-steps": lambda trial, name: trial.suggest_categorical(name, [32, 64, 128, 256, 512]),
     "num-minibatches": lambda trial, name: trial.suggest_categorical(name, [1, 2, 4, 8]),
     "ent-coef": lambda trial, name: trial.suggest_float(name, 1e-5, 0.1, log=True),
 }
 CONTINUOUS_SPACE = {
     **COMMON_SPACE,
-    "num-envs": lambda trial, name: trial.suggest_categorical(name, [1, 4, 8, 16]),
-    "num-steps": lambda trial, name: trial.suggest_categorical(name, [256, 512, 1024, 2048, 4096]),
     "num-minibatches": lambda trial, name: trial.suggest_categorical(name, [4, 8, 16, 32, 64]),
     "ent-coef": lambda trial, name: trial.suggest_categorical(name, [0.0, 1e-4, 1e-3, 1e-2]),
     "init-log-std": lambda trial, name: trial.suggest_categorical(name, [-1.5, -1.0, -0.5, 0.0]),
@@ -67,8 +65,9 @@ CONTINUOUS_SPACE = {
 }
 
 
-def search_space(env_id, script_flags):
-    """The settings to search, by the env's action space (Discrete or Box), less those script_flags fix."""
+def search_space(env_id, script_flags, budget):
+    """The settings to search, by the env's action space (Discrete or Box), less those script_flags fix; the rollout's
+    shape only where its batch (num-envs x num-steps) fits the budget, so that no trial is sampled to fail."""
     import gymnasium as gym
 
     try:
@@ -77,9 +76,30 @@ def search_space(env_id, script_flags):
         sys.exit(f"error: cannot make env {env_id}: {type(e).__name__}: {str(e).strip().splitlines()[0][:300]}")
     discrete = isinstance(env.action_space, gym.spaces.Discrete)
     env.close()
-    fixed = {flag[2:].split("=")[0].replace("_", "-") for flag in script_flags if flag.startswith("--")}
-    return {name: sample for name, sample in (DISCRETE_SPACE if discrete else CONTINUOUS_SPACE).items()
-            if name not in fixed}
+    words = [word for flag in script_flags for word in flag.split("=", 1)]  # --num-envs=8 as --num-envs 8
+    given = {flag[2:].replace("_", "-"): value for flag, value in zip(words, words[1:] + [""]) if flag.startswith("--")}
+    space = {name: sample for name, sample in (DISCRETE_SPACE if discrete else CONTINUOUS_SPACE).items()
+             if name not in given}
+    shape = {name: [int(given[name])] if given.get(name, "").isdigit() else [] if name in given else list(choices)
+             for name, choices in zip(("num-envs", "num-steps"), BATCHES["discrete" if discrete else "box"])}
+    envs, steps = shape["num-envs"], shape["num-steps"]
+    cut = False
+    while budget and envs and steps and max(envs) * max(steps) > budget:  # the largest choices go first
+        cut = True
+        if max(envs) * min(steps) > budget or len(steps) == 1:
+            envs.pop()
+        else:
+            steps.pop()
+    if budget and not (envs and steps):
+        sys.exit(f"error: --total-timesteps {budget} is smaller than every batch (num-envs x num-steps) the search "
+                 f"would try; give a larger budget, or --num-envs and --num-steps that fit it")
+    if cut:
+        print(f"note: the search keeps to batches within --total-timesteps {budget}: "
+              f"--num-envs in {envs}, --num-steps in {steps}", flush=True)
+    for name, choices in shape.items():
+        if name not in given:
+            space[name] = lambda trial, name, choices=choices: trial.suggest_categorical(name, choices)
+    return space
 
 
 class TrialFailed(Exception):
@@ -93,7 +113,7 @@ def as_flags(params):
 
 def run_once(trial, params, env_id, seed, cli, script_flags):
     """Run the script once; return its final return (mean of its last 100 episodes)."""
-    folder = os.path.join(cli.work_dir, cli.study_name, f"trial_{trial.number}", f"{env_id.replace('/', '-')}__{seed}")
+    folder = os.path.join(cli.work_dir, cli.study_name, f"trial_{trial.number}", re.sub(r"[^A-Za-z0-9_.-]", "-", f"{env_id}__{seed}"))
     shutil.rmtree(folder, ignore_errors=True)  # a trial queued again after Ctrl-C starts clean
     os.makedirs(folder)
     command = [sys.executable, cli.script_path, "--env-id", env_id, "--seed", str(seed),
@@ -199,7 +219,7 @@ def main():
         parser.error(f"no script {cli.script} (here or in {ROOT})")
     cli.script_path = os.path.abspath(cli.script_path)
     sys.path += [os.getcwd(), os.path.dirname(cli.script_path)]  # where the runs find a module named in `my_envs:Env-v0`
-    cli.search_space = search_space(cli.env_ids[0], script_flags)
+    cli.search_space = search_space(cli.env_ids[0], script_flags, cli.total_timesteps)
     defined_by = [os.path.splitext(os.path.basename(cli.script))[0], "_".join(cli.env_ids), f"{cli.total_timesteps or 'default'}steps",
                   f"{cli.num_seeds}seeds", cli.objective, *script_flags, *[item for triple in cli.score_range for item in triple]]
     cli.study_name = cli.study_name or re.sub(r"[^A-Za-z0-9_.=-]+", "-", "__".join(defined_by)).strip("-")

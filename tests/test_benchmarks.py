@@ -1,6 +1,7 @@
 """The experiment tooling under benchmarks/: runner, plots and sweeps, on real (tiny) runs of the scripts."""
 
 import fcntl
+import glob
 import json
 import os
 import re
@@ -267,6 +268,17 @@ def test_a_sweep_of_the_readme_own_env_alone_runs_first_time_and_scores_raw_retu
                   "--num-minibatches", "4", "--work-dir", "work", cwd=tmp_path).communicate(timeout=300)[0]
     assert "best: trial 0, score (the mean final return: no score range) -" in output, output
     assert "python ppo_continuous.py --env-id my_envs:PointReach-v0 --total-timesteps 1024 --learning-rate" in output
+
+
+def test_the_readme_quick_sweep_of_ones_own_env_finishes_its_trials_in_folders_safe_for_paths(tmp_path):
+    """A budget below the search's largest batch: the search keeps to the batches that fit it, says so once, and
+    every trial finishes (before, each trial that drew a larger batch failed)."""
+    section = readme_own_env(tmp_path)
+    command = re.search(r"^    python benchmarks/tune.py (.*--total-timesteps 2048.*)$", section, re.MULTILINE).group(1)
+    output = tool("tune.py", *command.split(), "--work-dir", "work", cwd=tmp_path).communicate(timeout=300)[0]
+    assert output.count("note: the search keeps to batches within --total-timesteps 2048") == 1, output
+    assert "best: trial" in output and "(3 trials finished)" in output, output
+    assert glob.glob(str(tmp_path / "work" / "*" / "trial_0" / "my_envs-PointReach-v0__1" / "log.txt"))
 
 
 @pytest.mark.parametrize("args, message, code", [

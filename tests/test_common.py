@@ -417,3 +417,36 @@ def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(ppo, signum, tmp_path)
     assert "Resume with: " in stdout and "--resume" in stdout
     checkpoint = torch.load(glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt"))[0], weights_only=True)
     assert checkpoint["global_step"] > 0
+
+
+OWN_ENVS = '''import gymnasium as gym
+
+gym.register("OwnCartPole-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv", max_episode_steps=500)
+gym.register("OwnPendulum-v0", entry_point="gymnasium.envs.classic_control:PendulumEnv", max_episode_steps=200)
+'''
+
+
+def test_every_command_a_run_prints_runs_as_printed_with_an_env_of_ones_own_module(ppo, tmp_path):
+    """A researcher's env from a module: stopped by a signal, the printed resume command, pasted as it stands in the
+    same folder, finishes the run; the evaluate command printed at its end runs too. (A checkpoint never imports a
+    module on its own, so each command must name it.)"""
+    (tmp_path / "own_envs.py").write_text(OWN_ENVS)
+    env_id = "own_envs:OwnCartPole-v0" if ppo is ppo_discrete else "own_envs:OwnPendulum-v0"
+    flags = [flag for flag in short_flags(ppo) if flag != short_args(ppo).env_id and flag != "--env-id"]
+    flags = [*flags[: flags.index("--total-timesteps")], *flags[flags.index("--total-timesteps") + 2:]]
+    process = start(f"{ppo.__name__}.py", *flags, "--env-id", env_id, "--total-timesteps", "10240", cwd=tmp_path,
+                    env={**os.environ, "PYTHONPATH": str(tmp_path)})  # as `python ppo_x.py` finds it in its folder
+    wait_for(lambda: glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt")), timeout=60)
+    process.send_signal(signal.SIGTERM)
+    output = process.communicate(timeout=120)[0]
+    assert process.returncode == 128 + signal.SIGTERM, output
+    printed = re.search(r"Resume with: (.*)", output).group(1)
+    shell = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"],
+             "PYTHONPATH": str(tmp_path)}  # `python` is this interpreter, as in the user's environment
+    resumed = subprocess.run(printed, shell=True, cwd=tmp_path, env=shell, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0 and "done: 10,240 steps" in resumed.stdout, resumed.stdout + resumed.stderr
+    for line in ("evaluate with", "extend with"):
+        assert "--env-id " + env_id in re.search(rf"{line}: (.*)", resumed.stdout).group(1)
+    evaluated = subprocess.run(re.search(r"evaluate with: (.*)", resumed.stdout).group(1) + " --eval-episodes 1",
+                               shell=True, cwd=tmp_path, env=shell, capture_output=True, text=True, timeout=300)
+    assert evaluated.returncode == 0 and "mean return" in evaluated.stdout, evaluated.stdout + evaluated.stderr

@@ -218,12 +218,18 @@ FAULTS = [
           r"Resume with",
           ("--env-id", "{env:Crashing}", "--total-timesteps", "4096", "--checkpoint-interval", "0"),
           progress=True, resume_env="ConstantTruncated", shown=('conftest.py", line', "RuntimeError: the simulator fell over")),
+    Fault("env calls sys.exit()", r"raised SystemExit: lost the connection to the simulator in the iteration after step \d+; "
+          r"checkpoint of the last complete iteration \(step \d+\) saved. Resume with",
+          ("--env-id", "{env:Exiting}", "--total-timesteps", "4096", "--checkpoint-interval", "0"),
+          progress=True, resume_env="ConstantTruncated"),
     *[Fault(f"sub-env {problem} ({mode})", rf"test/{env}-v0 {problem} in the iteration after step 512; checkpoint of the last "
             r"complete iteration \(step 512\) saved",
             ("--env-id", f"test/{env}-v0", "--vectorization-mode", mode, "--env-timeout", "2", "--total-timesteps", "4096", "--checkpoint-interval", "0"),
             scripts=(ppo_vector_sameStep,), progress=True, resume_env="ConstantTruncated")
       for env, problem, mode in [("Crashing", "raised RuntimeError: the simulator fell over", "sync"),
                                  ("Crashing", "raised RuntimeError: the simulator fell over", "async"),
+                                 ("Exiting", "raised SystemExit: lost the connection to the simulator", "sync"),
+                                 ("Exiting", r"ended its worker process \(exit status 1\)", "async"),
                                  *[("Hanging", r"did not answer a step within 2.0 s \(a sub-environment hangs\?\)", mode)
                                    for mode in ("sync", "async")]]],
     *[Fault(f"NaN reward, checkpoints every {interval or 'never'}",
