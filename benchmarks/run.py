@@ -8,9 +8,17 @@ runs/ (its TensorBoard run and checkpoint) and, once it has ended, result.json. 
 same command, the runner skips the runs that ended (finished or failed) and resumes interrupted ones
 from their last checkpoint. Ctrl-C stops every run cleanly, each saving a checkpoint first.
 At the end it writes <out>/results.md and <out>/results.csv, over every ended run in <out>.
+
+On a SLURM cluster, add --slurm (and the cluster's own sbatch options, e.g. --sbatch-args="--partition=cpu
+--time=2:00:00"): the grid goes as one job array, a task per run, each running the same command in the same
+folder. The same command again collects the results, or says which runs are still pending, running or failed.
+A task is warned SLURM_WARNING s before its time limit: its run saves and the task queues itself again; a
+requeued or preempted task resumes its run from the checkpoint. A run that fails for its own reason is not
+submitted again.
 """
 
 import argparse
+import contextlib
 import csv
 import fcntl
 import glob
@@ -21,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import shlex
 import time
 
 import numpy as np
@@ -30,6 +39,8 @@ from common import (ROOT, RunNotReadable, last_log_line, raise_keyboard_interrup
                     script_environment, stop_with_parent)
 
 PROGRESS_LINE = re.compile(r"([\d,]+)/([\d,]+) steps")
+SLURM_WARNING = 120  # seconds before a task's time limit at which SLURM signals it (USR1) to save and queue again
+SLURM_SUBMISSIONS = 3  # a run whose task ended this many times without a result (and not by a stop) is given up
 
 
 def write_json(path, data):
@@ -74,7 +85,7 @@ def run_folder_name(script, env_id, seed):
     return re.sub(r"[^A-Za-z0-9_.-]", "-", f"{os.path.splitext(os.path.basename(script))[0]}__{env_id}__{seed}")
 
 
-def start(run):
+def start(run, new_session=True):
     state = read_json(os.path.join(run["folder"], "run.json"))
     run["started"], run["elapsed_before"] = time.time(), state["elapsed"]
     command = [sys.executable, script_path(run["script"]), *run["command"][1:]]
@@ -92,7 +103,7 @@ def start(run):
     log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(command)}\n")
     log.flush()
     run["process"] = subprocess.Popen(command, cwd=run["folder"], stdout=log, stderr=subprocess.STDOUT, env=script_environment(),
-                                      start_new_session=True,  # the runner alone decides when its runs stop
+                                      start_new_session=new_session,  # the runner alone decides when its runs stop
                                       preexec_fn=stop_with_parent)
     log.close()
 
@@ -173,7 +184,110 @@ def summarize(out):
     return table
 
 
+def slurm_queue(job):
+    """{array index: state} of the job's tasks still in SLURM's queue (PENDING, RUNNING, ...); {} when none is."""
+    result = subprocess.run(["squeue", "-h", "-r", "-j", str(job), "-o", "%K %T"], capture_output=True, text=True)
+    pairs = (line.split() for line in result.stdout.splitlines())
+    return {int(index): state for index, state in pairs if index.isdigit()} if result.returncode == 0 else {}
+
+
+def slurm_submit(cli, runs):
+    """Submit runs as one job array; <out>/slurm-job-<job>.json records which run each array index is."""
+    plan = {"runs": [{key: run[key] for key in ("script", "env_id", "seed", "command", "folder")} for run in runs]}
+    job_script = os.path.join(cli.out, "slurm_job.sh")
+    with open(job_script, "w") as f:
+        f.write("#!/bin/bash\n"
+                f"#SBATCH --job-name=run.py --array=0-{len(runs) - 1} --cpus-per-task=1 --requeue\n"
+                f"#SBATCH --signal=B:USR1@{SLURM_WARNING} --open-mode=append --output={os.path.abspath(cli.out)}/slurm-%A_%a.out\n"
+                f"exec {shlex.quote(sys.executable)} {shlex.quote(os.path.abspath(__file__))} --slurm-task "
+                f"$SLURM_ARRAY_TASK_ID --out {shlex.quote(os.path.abspath(cli.out))}\n")
+    write_json(os.path.join(cli.out, "slurm-job-next.json"), plan)  # a task may start before sbatch answers
+    try:
+        result = subprocess.run(["sbatch", "--parsable", *shlex.split(cli.sbatch_args), job_script], capture_output=True,
+                                text=True)
+    except ValueError as e:
+        sys.exit(f"error: --sbatch-args is not a command line: {e}")
+    if result.returncode != 0:
+        os.remove(os.path.join(cli.out, "slurm-job-next.json"))
+        sys.exit(f"error: sbatch refused the job: {(result.stderr.strip().splitlines() or ['(no message)'])[-1]}")
+    plan["job"] = result.stdout.strip().split(";")[0]
+    write_json(os.path.join(cli.out, f"slurm-job-{plan['job']}.json"), plan)
+    os.remove(os.path.join(cli.out, "slurm-job-next.json"))
+    print(f"submitted SLURM job {plan['job']}: {len(runs)} tasks, a run each (logs: {cli.out}/*/log.txt). "
+          "Run this command again to collect the results.", flush=True)
+
+
+def slurm_task(out, index):
+    """One array task: its run, resumed from its checkpoint if it has one. SLURM's warning (USR1) before the time limit:
+    the run saves, the task queues itself again. SIGTERM (preemption, scancel, requeue): the run saves and stops."""
+    job, plan = os.environ.get("SLURM_ARRAY_JOB_ID"), None
+    for attempt in range(60):  # a task may start before the submitting call has recorded the job's number
+        for name in (f"slurm-job-{job}.json", "slurm-job-next.json"):  # next: the submission in flight, this one
+            with contextlib.suppress(OSError, ValueError):
+                plan = plan or read_json(os.path.join(out, name))
+                plan = plan if plan.get("job", job) == job else None
+        if plan:
+            break
+        time.sleep(1)
+    run = plan["runs"][index]
+    stops = []
+
+    def on_signal(signum, frame):
+        stops.append(signum)
+        if signum == signal.SIGUSR1 and "process" in run:  # sent to this batch shell alone; SIGTERM reaches the run too
+            run["process"].send_signal(signal.SIGUSR1)
+
+    for signum in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    state = read_json(os.path.join(run["folder"], "run.json"))
+    write_json(os.path.join(run["folder"], "run.json"), {**state, "slurm": os.environ.get("SLURM_JOB_ID")})
+    start(run, new_session=False)  # one process group with this task: SLURM's signals reach the run
+    while run["process"].poll() is None:
+        time.sleep(0.5)
+    if stops and run["process"].returncode != 0:  # stopped for the scheduler, saved: it goes on when the task runs again
+        account_time(run)
+        if signal.SIGUSR1 in stops:
+            task = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
+            subprocess.run(["scontrol", "requeue", task])
+        return
+    finish(run)
+
+
+def slurm_collect(cli, runs):
+    """The second call of a --slurm grid: the results when every run has ended; else what is pending, running or failed
+    (with each log), and a new submission of the runs that no task will finish (a job cancelled or lost)."""
+    waiting = {}  # folder: the state of the task that will run it, in any of the grid's jobs
+    for plan in map(read_json, glob.glob(os.path.join(glob.escape(cli.out), "slurm-job-[0-9]*.json"))):
+        for index, state in slurm_queue(plan["job"]).items():
+            waiting[plan["runs"][index]["folder"]] = state
+    for run in runs:
+        result = ended(run["folder"])
+        if result and result["status"] == "failed":
+            print(f"failed: {os.path.basename(run['folder'])}: {result['reason']}")
+        elif run["folder"] in waiting:
+            progress = f" {run_progress(run)}" if os.path.exists(os.path.join(run["folder"], "log.txt")) else ""
+            print(f"{waiting[run['folder']].lower()}: {os.path.basename(run['folder'])}{progress} (log: {run['folder']}/log.txt)")
+    waiting = {folder: state for folder, state in waiting.items() if not ended(folder)}
+    unqueued = [run for run in runs if not ended(run["folder"]) and run["folder"] not in waiting]
+    for run in list(unqueued):  # a task that keeps ending without a result (not a stop for the scheduler) is given up
+        state = read_json(os.path.join(run["folder"], "run.json"))
+        if state.get("slurm_submissions", 0) >= SLURM_SUBMISSIONS:
+            unqueued.remove(run)
+            reason = (f"its SLURM task ended {SLURM_SUBMISSIONS} times without a result (logs: {run['folder']}/log.txt, "
+                      f"{cli.out}/slurm-*.out)")
+            write_json(os.path.join(run["folder"], "result.json"), {**{k: run[k] for k in ("script", "env_id", "seed")},
+                                                                      "status": "failed", "reason": reason})
+            print(f"failed: {os.path.basename(run['folder'])}: {reason}")
+        else:
+            write_json(os.path.join(run["folder"], "run.json"), {**state, "slurm_submissions": state.get("slurm_submissions", 0) + 1})
+    if unqueued:
+        slurm_submit(cli, unqueued)
+    return not waiting and not unqueued
+
+
 def main():
+    if sys.argv[1:2] == ["--slurm-task"]:  # inside a task of a --slurm job array: --slurm-task INDEX --out OUT
+        return slurm_task(sys.argv[4], int(sys.argv[2]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      epilog="Flags the runner does not know go to every run unchanged, e.g. --total-timesteps 100000.")
     parser.add_argument("--scripts", nargs="+", required=True, help="script paths, or names of this repository's, e.g. "
@@ -182,7 +296,13 @@ def main():
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="the seeds of every script and env (default: 1 2 3)")
     parser.add_argument("--workers", type=int, default=os.cpu_count(), help=f"runs at a time (default: the machine's cores, {os.cpu_count()} here)")
     parser.add_argument("--out", default="benchmark_runs/bench", help="folder for the runs and the results table (default: benchmark_runs/bench)")
+    parser.add_argument("--slurm", action="store_true", help="submit the grid to SLURM as one job array; the same command "
+                        "again collects the results or says what is still pending, running or failed")
+    parser.add_argument("--sbatch-args", default="", help='the cluster\'s own sbatch options, with "=": --sbatch-args="--partition=cpu '
+                        '--time=2:00:00 --account=lab" (with --slurm)')
     cli, script_flags = parser.parse_known_args()
+    if cli.slurm and not shutil.which("sbatch"):
+        sys.exit("error: --slurm needs SLURM's sbatch on PATH: run it where jobs are submitted (a login node)")
     for script in cli.scripts:
         if not os.path.isfile(script_path(script)):
             parser.error(f"no script {script} (here or in {ROOT})")
@@ -203,6 +323,11 @@ def main():
     except BlockingIOError:
         sys.exit(f"error: another runner is working in {cli.out}; wait for it, or use another --out")
     runs = planned_runs(cli, script_flags)
+    jobs = [read_json(path)["job"] for path in glob.glob(os.path.join(glob.escape(cli.out), "slurm-job-[0-9]*.json"))]
+    queued = [job for job in jobs if shutil.which("squeue") and slurm_queue(job)]
+    if queued and not cli.slurm:
+        sys.exit(f"error: {cli.out} holds SLURM job {queued[0]}, still queued or running; collect it with --slurm, "
+                 "or use another --out")
     for run in runs:
         state_path = os.path.join(run["folder"], "run.json")
         if os.path.exists(state_path) and read_json(state_path)["command"] != run["command"]:
@@ -212,8 +337,12 @@ def main():
         os.makedirs(run["folder"], exist_ok=True)
         if not os.path.exists(os.path.join(run["folder"], "run.json")):
             write_json(os.path.join(run["folder"], "run.json"), {"command": run["command"], "elapsed": 0.0})
-    pending = [run for run in runs if not ended(run["folder"])]
-    print(f"{len(runs)} runs, {len(runs) - len(pending)} already ended, {cli.workers} at a time; logs in {cli.out}/*/log.txt", flush=True)
+    if cli.slurm and not slurm_collect(cli, runs):  # submitted, or still pending or running: said, nothing to sum up
+        return
+    pending = [] if cli.slurm else [run for run in runs if not ended(run["folder"])]
+    if not cli.slurm:
+        print(f"{len(runs)} runs, {len(runs) - len(pending)} already ended, {cli.workers} at a time; logs in {cli.out}/*/log.txt",
+              flush=True)
 
     signal.signal(signal.SIGTERM, raise_keyboard_interrupt)
     interactive = sys.stdout.isatty()

@@ -417,3 +417,72 @@ def test_sb3_ppo_runs_the_scripts_defaults():
                     clip_range_vf=args.clip_coef if args.clip_vloss else None, max_grad_norm=args.max_grad_norm,
                     log_std_init=getattr(args, "init_log_std", 0.0))
         assert config == ours
+
+
+def slurm_is_running():
+    try:
+        return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def slurm_task_state(task):
+    """(state, restarts) of one array task, e.g. ("PENDING", 1); (None, 0) once it has left the queue."""
+    shown = subprocess.run(["scontrol", "show", "job", task], capture_output=True, text=True).stdout
+    state, restarts = re.search(r"JobState=(\w+)", shown), re.search(r"Restarts=(\d+)", shown)
+    return (state.group(1) if state else None), int(restarts.group(1)) if restarts else 0
+
+
+@pytest.mark.skipif(not slurm_is_running(), reason="no SLURM cluster here (CI starts a one-node one: .ci/slurm_cluster.sh)")
+def test_a_grid_on_slurm_survives_a_time_limit_warning_and_a_requeue_and_matches_the_local_grid(tmp_path):
+    """Three runs as a job array on a real (one-node) cluster: run 1 gets the warning SLURM sends before a time limit
+    (USR1 to the task's batch shell), run 2 is requeued as preemption does it. Both save, are queued again and resume
+    from their checkpoints to the full step count; run 3, untouched, has the numbers of the same run made locally."""
+    grid = ["--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--total-timesteps", "30720", "--checkpoint-interval", "1"]
+    collect = ["run.py", *grid, "--seeds", "1", "2", "3", "--out", "slurm", "--slurm"]
+    assert "submitted SLURM job" in tool(*collect, cwd=tmp_path).communicate(timeout=120)[0]
+    (plan,) = glob.glob(str(tmp_path / "slurm" / "slurm-job-*.json"))
+    job = json.load(open(plan))["job"]
+    try:
+        checkpoints = {seed: str(tmp_path / "slurm" / f"ppo_discrete__CartPole-v1__{seed}" / "runs" / "*" / "checkpoint.pt")
+                       for seed in (1, 2)}
+        wait_for(lambda: all(glob.glob(path) for path in checkpoints.values()), timeout=180)
+        subprocess.run(["scancel", "--batch", "--signal=USR1", f"{job}_0"], check=True)  # the warning of a time limit
+        subprocess.run(["scontrol", "requeue", f"{job}_1"], check=True)  # preemption with requeue
+        for task in (f"{job}_0", f"{job}_1"):
+            wait_for(lambda: slurm_task_state(task)[1] >= 1 and slurm_task_state(task)[0] == "PENDING", timeout=120)
+            subprocess.run(["scontrol", "update", f"JobId={task}", "StartTime=now"], check=True)  # else held for 2 min
+        deadline, output = time.time() + 300, ""
+        while "written:" not in output and time.time() < deadline:
+            time.sleep(5)
+            output = tool(*collect, cwd=tmp_path).communicate(timeout=120)[0]
+        assert "written:" in output and "| ppo_discrete.py | CartPole-v1 |" in output and "| 3 | 30,720 |" in output, output
+    finally:
+        subprocess.run(["scancel", job])
+    for seed in (1, 2):  # stopped once, then resumed: two attempts, the second from the checkpoint
+        attempts = re.findall(r"^=== .*", open(tmp_path / "slurm" / f"ppo_discrete__CartPole-v1__{seed}" / "log.txt").read(), re.M)
+        assert len(attempts) == 2 and "--resume" not in attempts[0] and "--resume" in attempts[1], attempts
+    local = tool("run.py", *grid, "--seeds", "3", "--out", "local", cwd=tmp_path).communicate(timeout=300)[0]
+    results = [json.load(open(tmp_path / out / "ppo_discrete__CartPole-v1__3" / "result.json")) for out in ("slurm", "local")]
+    assert [(r["final_return"], r["steps"]) for r in results] == [(results[1]["final_return"], 30720)] * 2, local
+
+
+@pytest.mark.parametrize("case", ["no sbatch", "rejected", "local grid in progress"])
+def test_a_slurm_grid_that_cannot_go_gets_one_line(case, tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sbatch").write_text("#!/bin/sh\necho 'sbatch: error: invalid partition specified: nosuch' >&2\nexit 1\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    path = os.path.dirname(sys.executable) + os.pathsep + ("/nonexistent" if case == "no sbatch" else str(bin_dir))
+    (tmp_path / "out").mkdir()
+    lock = open(tmp_path / "out" / "runner.lock", "w")
+    if case == "local grid in progress":
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as the local runner working in this folder holds it
+    process = tool("run.py", "--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--out", "out", "--slurm",
+                   "--sbatch-args=--partition=nosuch", cwd=tmp_path, env={**os.environ, "PATH": path})
+    output = process.communicate(timeout=60)[0]
+    message = {"no sbatch": "error: --slurm needs SLURM's sbatch on PATH: run it where jobs are submitted (a login node)",
+               "rejected": "error: sbatch refused the job: sbatch: error: invalid partition specified: nosuch",
+               "local grid in progress": "error: another runner is working in out; wait for it, or use another --out"}[case]
+    assert (process.returncode, output.strip()) == (1, message)
+    assert "Traceback" not in output and not glob.glob(str(tmp_path / "out" / "slurm-job-*"))
