@@ -85,6 +85,8 @@ class Args:
     """the discount factor gamma"""
     gae_lambda: float = 0.8
     """the lambda of generalized advantage estimation"""
+    value_lambda: Optional[float] = None
+    """the lambda of the critic's targets, returns = GAE(value_lambda) + values (None: --gae-lambda)"""
     num_minibatches: int = 8
     """the number of minibatches each rollout is split into"""
     update_epochs: int = 10
@@ -431,6 +433,9 @@ def train(args, checkpoint=None):
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
                                             args.gae_lambda)
             returns = advantages + values  # detail 5: the value target is advantage + value
+            if args.value_lambda is not None:  # the critic's own lambda (the GAE paper fit its critic to lambda=1)
+                returns = values + compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
+                                                      args.value_lambda)
             if args.norm_value:  # value normalization (rl_games; Andrychowicz et al. 2020): the critic learns targets
                 value_rms.update(returns[valid > 0])  # of mean 0 and std 1 whatever the env's reward scale
                 returns, values = value_rms.standardize(returns), value_rms.standardize(values)
@@ -519,7 +524,8 @@ def check_args(args):
                                         f"({batch} steps)"),
         (batch // minibatches >= 2, f"minibatches of {batch // minibatches} row cannot be trained on "
                                     "(advantages are normalized per minibatch): lower --num-minibatches"),
-        (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0, "--gamma and --gae-lambda must lie in [0, 1]"),
+        (all(0.0 <= x <= 1.0 for x in (args.gamma, args.gae_lambda, args.value_lambda or 0.0)),
+         "--gamma, --gae-lambda and --value-lambda must lie in [0, 1]"),
         (min(args.vf_coef, args.checkpoint_interval) >= 0, "--vf-coef and --checkpoint-interval must not be negative"),
         (kl is None or kl > 0, f"--target-kl must be positive (or left out), got {kl}"),
         (args.hidden_size <= 8192, f"--hidden-size {args.hidden_size} would not fit in memory: at most 8192"),

@@ -257,3 +257,25 @@ def test_kl_adaptive_learning_rate_moves_against_the_kl_and_replaces_annealing(i
                                     exp_name=f"kl{target}"))
         group = torch.load(path, weights_only=True)["optimizer"]["param_groups"][0]
         assert group["lr"] == pytest.approx(1e-4 * factor ** (2 * epochs))  # two iterations, no annealing
+
+
+def test_value_lambda_gives_the_critic_targets_of_its_own_lambda_while_advantages_keep_gae_lambda(in_tmp, monkeypatch):
+    calls, seen = [], {}
+    compute_advantages, real_transitions = ppo.compute_advantages, ppo.real_transitions
+
+    def spy_gae(rewards, values, next_values, terminations, dones, gamma, lam):
+        calls.append((lam, compute_advantages(rewards, values, next_values, terminations, dones, gamma, lam), values))
+        return calls[-1][1]
+
+    def spy_transitions(valid, obs, actions, logprobs, advantages, returns, values):
+        seen.setdefault("first", (advantages.copy(), returns.copy()))
+        return real_transitions(valid, obs, actions, logprobs, advantages, returns, values)
+
+    monkeypatch.setattr(ppo, "compute_advantages", spy_gae)
+    monkeypatch.setattr(ppo, "real_transitions", spy_transitions)
+    ppo.train(short_args(ppo, gae_lambda=0.5, value_lambda=1.0))
+    (lam_pi, advantages, values), (lam_v, value_advantages, _) = calls[:2]
+    assert (lam_pi, lam_v) == (0.5, 1.0)
+    np.testing.assert_array_equal(seen["first"][0], advantages)  # the policy's advantages: GAE(0.5)
+    np.testing.assert_allclose(seen["first"][1], values + value_advantages)  # the critic's targets: GAE(1.0) + values
+    assert not np.allclose(advantages, value_advantages)

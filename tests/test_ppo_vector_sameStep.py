@@ -2,6 +2,7 @@
 
 import glob
 import os
+import re
 import signal
 import subprocess
 import time
@@ -96,7 +97,8 @@ def test_sigterm_to_every_process_ends_the_run_with_a_checkpoint_and_no_tracebac
     if process.returncode == 128 + signal.SIGTERM:
         assert "Resume with: " in stdout
     else:
-        assert process.returncode == 1 and "error: Pendulum-v1 raised" in stderr, stderr
+        assert process.returncode == 1 and re.search(r"error: Pendulum-v1 (raised|lost a worker process, which was "
+                                                     r"stopped by SIGTERM)", stderr), stderr
         assert "checkpoint of the last complete iteration" in stderr, stderr
     assert glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt"))
 
@@ -147,3 +149,18 @@ def test_box_mechanisms_of_ppo_continuous_work_alike_here(in_tmp, monkeypatch):
     checkpoint = torch.load(path, weights_only=True)
     assert float(checkpoint["value_rms"]["mean"]) > 5
     assert checkpoint["optimizer"]["param_groups"][0]["lr"] == pytest.approx(max(3e-3 / 1.5 ** 24, 1e-6))
+
+
+def test_value_lambda_gives_the_critic_targets_of_its_own_lambda(in_tmp, monkeypatch):
+    calls, losses = [], []
+    compute_advantages, ppo_loss = ppo.compute_advantages, ppo.ppo_loss
+    monkeypatch.setattr(ppo, "compute_advantages", lambda *a: calls.append((a[-1], compute_advantages(*a), a[1])) or calls[-1][1])
+    monkeypatch.setattr(ppo, "ppo_loss", lambda agent, obs, actions, logprobs, advantages, returns, *rest:
+                        losses.append((advantages, returns)) or ppo_loss(agent, obs, actions, logprobs, advantages, returns, *rest))
+    ppo.train(short_args(ppo, gae_lambda=0.5, value_lambda=1.0, update_epochs=1))
+    (lam_pi, advantages, values), (lam_v, value_advantages, _) = calls[:2]
+    assert (lam_pi, lam_v) == (0.5, 1.0)
+    first_epoch = losses[: short_args(ppo).num_minibatches]
+    got_advantages, got_returns = (torch.cat([pair[i] for pair in first_epoch]).sort().values.numpy() for i in (0, 1))
+    np.testing.assert_allclose(got_advantages, np.sort(advantages.reshape(-1)), rtol=1e-6)
+    np.testing.assert_allclose(got_returns, np.sort((values + value_advantages).reshape(-1)), rtol=1e-6)
