@@ -14,7 +14,7 @@ pgrep -x munged > /dev/null || su -s /bin/sh munge -c /usr/sbin/munged
 host=$(hostname -s)
 cat > /etc/slurm/slurm.conf <<CONF
 ClusterName=local
-SlurmctldHost=$host
+SlurmctldHost=$host(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
@@ -30,7 +30,7 @@ SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
 MpiDefault=none
 KillWait=30
-NodeName=$host CPUs=$(nproc) State=UNKNOWN
+NodeName=$host NodeAddr=127.0.0.1 CPUs=$(nproc) State=UNKNOWN
 PartitionName=debug Nodes=$host Default=YES MaxTime=INFINITE State=UP
 CONF
 pgrep -x slurmctld > /dev/null || slurmctld

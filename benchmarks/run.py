@@ -213,7 +213,7 @@ def slurm_submit(cli, runs):
     plan["job"] = result.stdout.strip().split(";")[0]
     write_json(os.path.join(cli.out, f"slurm-job-{plan['job']}.json"), plan)
     os.remove(os.path.join(cli.out, "slurm-job-next.json"))
-    print(f"submitted SLURM job {plan['job']}: {len(runs)} tasks, a run each (logs: {cli.out}/*/log.txt). "
+    print(f"submitted SLURM job {plan['job']}: {len(runs)} task{'s' * (len(runs) > 1)}, a run each (logs: {cli.out}/*/log.txt). "
           "Run this command again to collect the results.", flush=True)
 
 
