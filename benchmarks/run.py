@@ -12,7 +12,7 @@ At the end it writes <out>/results.md and <out>/results.csv, over every ended ru
 On a SLURM cluster, add --slurm (and the cluster's own sbatch options, e.g. --sbatch-args="--partition=cpu
 --time=2:00:00"): the grid goes as one job array, a task per run, each running the same command in the same
 folder. The same command again collects the results, or says which runs are still pending, running or failed.
-A task is warned SLURM_WARNING s before its time limit: its run saves and the task queues itself again; a
+A task is warned 120 s before its time limit (SLURM_WARNING): its run saves and the task queues itself again; a
 requeued or preempted task resumes its run from the checkpoint. A run that fails for its own reason is not
 submitted again.
 """
@@ -289,7 +289,8 @@ def main():
     if sys.argv[1:2] == ["--slurm-task"]:  # inside a task of a --slurm job array: --slurm-task INDEX --out OUT
         return slurm_task(sys.argv[4], int(sys.argv[2]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                     epilog="Flags the runner does not know go to every run unchanged, e.g. --total-timesteps 100000.")
+                                     epilog="Flags the runner does not know go to every run unchanged, e.g. --total-timesteps "
+                                     "100000. " + " ".join(__doc__.split("\n\n")[-1].split()))  # and the SLURM paragraph
     parser.add_argument("--scripts", nargs="+", required=True, help="script paths, or names of this repository's, e.g. "
                         "ppo_discrete.py (required)")
     parser.add_argument("--env-ids", nargs="+", required=True, help="gymnasium env ids, e.g. CartPole-v1 (required)")
