@@ -804,8 +804,8 @@ class Run:
             with contextlib.suppress(*((Exception,) if sys.exc_info()[1] else ())):  # after a fault, that fault is said
                 envs.close()
         print(f"evaluate with: {command(args, '--eval-checkpoint', self.checkpoint_path)}\nextend with: "
-              f"{command(args, '--resume', self.checkpoint_path, '--total-timesteps', str(2 * self.global_step))}")
-        print(f"done: {self.global_step:,} steps; checkpoint at {self.checkpoint_path}")
+              f"{command(args, '--resume', self.checkpoint_path, '--total-timesteps', str(2 * self.global_step))}\n"
+              f"done: {self.global_step:,} steps; checkpoint at {self.checkpoint_path}")  # last: run.py reads it
 
     def on_signal(self, signum, frame):
         """A first signal: finish the iteration, save, exit. A second one: stop now (an env that hangs), by the rule."""
