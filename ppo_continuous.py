@@ -85,8 +85,6 @@ class Args:
     """the discount factor gamma"""
     gae_lambda: float = 0.8
     """the lambda of generalized advantage estimation"""
-    value_lambda: Optional[float] = None
-    """the lambda of the critic's targets, returns = GAE(value_lambda) + values (None: --gae-lambda)"""
     num_minibatches: int = 8
     """the number of minibatches each rollout is split into"""
     update_epochs: int = 10
@@ -113,12 +111,6 @@ class Args:
     """the width of the two hidden layers of the actor and of the critic"""
     init_log_std: float = -1.0
     """the log standard deviation the policy starts with (0: std 1; Humanoid's actions lie in [-0.4, 0.4])"""
-    rescale_actions: bool = False
-    """if toggled, the policy acts in [-1, 1], mapped linearly onto each bounded action dimension's [low, high]"""
-    norm_value: bool = False
-    """if toggled, the critic learns value targets standardized by their running mean and std"""
-    kl_adaptive_lr: Optional[float] = None
-    """if set, the learning rate adapts after each epoch to keep approx_kl near this (e.g. 0.008); no annealing"""
 
     checkpoint_interval: int = 10
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -232,12 +224,6 @@ class RunningMeanStd:
         self.var /= total
         self.count = total
 
-    def standardize(self, x):
-        return ((x - self.mean) / np.sqrt(self.var + 1e-8)).astype(np.float32)
-
-    def unstandardize(self, x):
-        return (x * np.sqrt(self.var + 1e-8) + self.mean).astype(np.float32)
-
     def state_dict(self):
         return {"mean": torch.tensor(self.mean), "var": torch.tensor(self.var), "count": float(self.count)}
 
@@ -253,15 +239,6 @@ def normalize_obs(obs, obs_rms, enabled, update):
     if update:
         obs_rms.update(obs)
     return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
-
-
-def action_scaling(space, rescale):
-    """(scale, offset): the env gets clip(action * scale + offset, low, high) (continuous detail 5: the buffer keeps
-    the sampled action). With rescale the policy's [-1, 1] maps onto [low, high] in every bounded dimension, so its
-    std means the same share of the range in every env (Andrychowicz et al. 2020; rl_games, Tianshou)."""
-    bounded = np.isfinite(space.low) & np.isfinite(space.high) & rescale
-    low, high = np.where(bounded, space.low, -1.0), np.where(bounded, space.high, 1.0)
-    return ((high - low) / 2).astype(np.float32), ((high + low) / 2).astype(np.float32)
 
 
 class RewardScaler:
@@ -346,16 +323,6 @@ def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values,
     return loss, stats
 
 
-def adapted_lr(lr, kl, target):
-    """The KL-adaptive learning rate of rl_games: a step 1.5x smaller when the policy moved more than twice the
-    target KL, 1.5x larger when it moved less than half of it, kept within [1e-6, 1e-2]."""
-    if kl > 2.0 * target:
-        return max(lr / 1.5, 1e-6)
-    if kl < 0.5 * target:
-        return min(lr * 1.5, 1e-2)
-    return lr
-
-
 def train(args, checkpoint=None):
     run = Run(args, checkpoint)  # run safety (below): run folder, TensorBoard, checkpoints, signals, faults
     torch.manual_seed(args.seed)
@@ -368,10 +335,8 @@ def train(args, checkpoint=None):
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     obs_rms = RunningMeanStd(envs.single_observation_space.shape)
     reward_scaler = RewardScaler(args.num_envs, args.gamma)
-    value_rms = RunningMeanStd()  # mean and std of the value targets, with --norm-value
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
-    state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms,
-             **({"value_rms": value_rms} if args.norm_value else {})}
+    state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
 
     # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
     obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=np.float32)
@@ -382,7 +347,6 @@ def train(args, checkpoint=None):
     dones = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     valid = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
     low, high = envs.single_action_space.low, envs.single_action_space.high
-    action_scale, action_offset = action_scaling(envs.single_action_space, args.rescale_actions)
 
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = run.global_step
@@ -391,7 +355,7 @@ def train(args, checkpoint=None):
         next_obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=True)
         next_done = np.zeros(args.num_envs, dtype=np.float32)
         for iteration in range(run.start_iteration, run.num_iterations + 1):
-            if args.anneal_lr and args.kl_adaptive_lr is None:  # detail 4: the learning rate falls linearly to 0
+            if args.anneal_lr:  # detail 4: learning rate falls linearly to 0 at the last iteration
                 frac = 1.0 - (iteration - 1.0) / run.num_iterations
                 optimizer.param_groups[0]["lr"] = frac * args.learning_rate
 
@@ -408,8 +372,7 @@ def train(args, checkpoint=None):
                 logprobs[step] = logprob.cpu().numpy()
 
                 # continuous detail 5: the env gets the action clipped to its bounds; the buffer keeps the sampled one
-                env_action = np.clip(actions[step] * action_scale + action_offset, low, high)
-                next_obs, reward, terminated, truncated, infos = envs.step(env_action)
+                next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], low, high))
                 next_done = np.logical_or(terminated, truncated).astype(np.float32)
                 next_obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=True)
                 if args.norm_reward:
@@ -428,17 +391,9 @@ def train(args, checkpoint=None):
                 next_value = agent.get_value(torch.from_numpy(next_obs).to(device)).view(1, args.num_envs)
             next_values = torch.cat([values[1:], next_value]).cpu().numpy()
             values = values.cpu().numpy()
-            if args.norm_value:  # the critic speaks standardized returns: GAE needs them in the rewards' scale
-                values, next_values = value_rms.unstandardize(values), value_rms.unstandardize(next_values)
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
                                             args.gae_lambda)
             returns = advantages + values  # detail 5: the value target is advantage + value
-            if args.value_lambda is not None:  # the critic's own lambda (the GAE paper fit its critic to lambda=1)
-                returns = values + compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
-                                                      args.value_lambda)
-            if args.norm_value:  # value normalization (rl_games; Andrychowicz et al. 2020): the critic learns targets
-                value_rms.update(returns[valid > 0])  # of mean 0 and std 1 whatever the env's reward scale
-                returns, values = value_rms.standardize(returns), value_rms.standardize(values)
 
             # Flatten the rollout into one batch, keeping the real transitions only (autoreset rows dropped).
             b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values = (
@@ -459,10 +414,6 @@ def train(args, checkpoint=None):
                     nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11: global gradient clip
                     optimizer.step()
                     update_stats.append(stats)
-                if args.kl_adaptive_lr:  # rl_games' adaptive schedule: keep the epoch's mean approx_kl near the target
-                    kl = torch.stack([s["approx_kl"] for s in update_stats[-num_minibatches:]]).mean().item()
-                    group = optimizer.param_groups[0]
-                    group["lr"] = adapted_lr(group["lr"], kl, args.kl_adaptive_lr)
                 if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                     break
 
@@ -524,8 +475,7 @@ def check_args(args):
                                         f"({batch} steps)"),
         (batch // minibatches >= 2, f"minibatches of {batch // minibatches} row cannot be trained on "
                                     "(advantages are normalized per minibatch): lower --num-minibatches"),
-        (all(0.0 <= x <= 1.0 for x in (args.gamma, args.gae_lambda, args.value_lambda or 0.0)),
-         "--gamma, --gae-lambda and --value-lambda must lie in [0, 1]"),
+        (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0, "--gamma and --gae-lambda must lie in [0, 1]"),
         (min(args.vf_coef, args.checkpoint_interval) >= 0, "--vf-coef and --checkpoint-interval must not be negative"),
         (kl is None or kl > 0, f"--target-kl must be positive (or left out), got {kl}"),
         (args.hidden_size <= 8192, f"--hidden-size {args.hidden_size} would not fit in memory: at most 8192"),
@@ -874,15 +824,13 @@ def evaluate(args, checkpoint):
     obs_rms = RunningMeanStd(envs.single_observation_space.shape)
     restore(checkpoint, {"model": agent, "obs_rms": obs_rms}, args.env_id)  # continuous detail 6: statistics frozen
     action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
-    action_scale, action_offset = action_scaling(envs.single_action_space, args.rescale_actions)
     episodic_returns, cut_episodes, episode_return, episode_length = [], 0, 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
     while len(episodic_returns) < args.eval_episodes:
         obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, args.norm_obs, update=False))
         with torch.no_grad():
             action = agent.get_action(obs)[0] if args.eval_sample else agent.act_deterministic(obs)
-        next_obs, reward, terminated, truncated, _ = envs.step(
-            np.clip(action.numpy() * action_scale + action_offset, action_low, action_high))
+        next_obs, reward, terminated, truncated, _ = envs.step(np.clip(action.numpy(), action_low, action_high))
         episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
         if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
             cut_episodes += not (terminated[0] or truncated[0])
