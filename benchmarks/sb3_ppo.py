@@ -7,19 +7,25 @@
 """
 
 import argparse
+import os
+import sys
 
 import torch.nn as nn
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
-# The defaults of ppo_discrete.py and of ppo_continuous.py (no value clipping, initial std exp(-1)), and CleanRL's
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from ppo_continuous import gae_lambda_for  # noqa: E402
+
+# The defaults of ppo_discrete.py and of ppo_continuous.py (no value clipping, initial std exp(-1), GAE's lambda from
+# the action dimensions, ppo_continuous.gae_lambda_for, when gae_lambda is None), and CleanRL's
 # MuJoCo settings (benchmarks/common.py SETTINGS["CLEANRL"]). vf_coef in our scripts' units (their value loss is
 # vf_coef * 0.5 * squared error, SB3's vf_coef * squared error).
 DISCRETE = dict(num_envs=8, n_steps=128, num_minibatches=8, n_epochs=9, learning_rate=1.88e-3, ent_coef=2.7e-5,
                 gae_lambda=0.99, clip_range=0.1, clip_range_vf=0.1, log_std_init=0.0, vf_coef=0.687, max_grad_norm=0.3)
 CONTINUOUS = dict(num_envs=8, n_steps=256, num_minibatches=8, n_epochs=10, learning_rate=3e-4, ent_coef=0.0,
-                  gae_lambda=0.8, clip_range=0.2, clip_range_vf=None, log_std_init=-1.0, vf_coef=1.0, max_grad_norm=0.5)
+                  gae_lambda=None, clip_range=0.2, clip_range_vf=None, log_std_init=-1.0, vf_coef=1.0, max_grad_norm=0.5)
 CLEANRL = dict(num_envs=1, n_steps=2048, num_minibatches=32, n_epochs=10, learning_rate=3e-4, ent_coef=0.0,
                gae_lambda=0.95, clip_range=0.2, clip_range_vf=0.2, log_std_init=0.0, vf_coef=0.5, max_grad_norm=0.5)
 
@@ -48,7 +54,7 @@ if __name__ == "__main__":
         n_epochs=config["n_epochs"],
         learning_rate=lambda progress: progress * config["learning_rate"],  # linear annealing, as ours
         gamma=0.99,
-        gae_lambda=config["gae_lambda"],
+        gae_lambda=config["gae_lambda"] or gae_lambda_for(envs.action_space),
         clip_range=config["clip_range"],
         clip_range_vf=config["clip_range_vf"],  # ours clips the value loss (by clip_coef) unless --no-clip-vloss
         ent_coef=config["ent_coef"],

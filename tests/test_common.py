@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -202,6 +203,19 @@ def test_network_width_and_initial_std_carry_into_resume_and_evaluation(box_ppo,
     assert checkpoint["global_step"] == 1024
     returns = box_ppo.evaluate(box_ppo.Args(**{**checkpoint["args"], "eval_checkpoint": path, "eval_episodes": 1}), checkpoint)
     assert len(returns) == 1
+
+
+@pytest.mark.parametrize("box_ppo", [ppo_continuous, ppo_vector_sameStep], ids=lambda module: module.__name__)
+def test_gae_lambda_left_out_falls_with_the_action_dimensions_and_the_checkpoint_keeps_it(box_ppo, in_tmp):
+    """Without --gae-lambda, lambda = 1 - dims / 80 within [0.8, 0.95]: Humanoid-v5's 17 dims keep the 0.8 tuned for
+    it. A run's checkpoint holds the lambda it trained with, so a resumed run keeps it; --gae-lambda sets it."""
+    lambdas = [box_ppo.gae_lambda_for(gym.spaces.Box(-1, 1, (dims,))) for dims in (1, 3, 4, 6, 8, 12, 16, 17, 30)]
+    assert lambdas == pytest.approx([0.95, 0.95, 0.95, 0.925, 0.9, 0.85, 0.8, 0.8, 0.8])
+    assert box_ppo.Args().gae_lambda is None
+    path = box_ppo.train(short_args(box_ppo, total_timesteps=512))  # Pendulum-v1: 1 dimension
+    assert torch.load(path, weights_only=True)["args"]["gae_lambda"] == 0.95
+    path = box_ppo.train(short_args(box_ppo, total_timesteps=512, gae_lambda=0.7))
+    assert torch.load(path, weights_only=True)["args"]["gae_lambda"] == 0.7
 
 
 class OneSecondClock:
