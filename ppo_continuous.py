@@ -44,11 +44,11 @@ from torch.utils.tensorboard import SummaryWriter
 @dataclass
 class Args:
     """PPO for Box action spaces. Defaults chosen on the five MuJoCo v5 envs, 1M steps, 5 seeds, 2-core CPU
-    (benchmarks/results/README.md): Humanoid-v5 about 4,300 (CleanRL's settings: about 600), HalfCheetah-v5 5,200,
-    Ant-v5 3,200, Walker2d-v5 2,600, Hopper-v5 1,100. For the last two add --gae-lambda 0.9 (about 3,400 and
-    2,000; continuous LunarLander-v3 needs 0.95: 230 instead of -120), or use CleanRL's MuJoCo settings (about
-    3,600 and 2,300 over 3 seeds), which also reproduce its published numbers: --num-envs 1 --num-steps 2048
-    --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
+    (benchmarks/results/README.md): Humanoid-v5 about 4,300 (CleanRL's settings: about 600), HalfCheetah-v5 5,150,
+    Ant-v5 3,200, Walker2d-v5 3,100, Hopper-v5 1,700, continuous LunarLander-v3 230; GAE's lambda is set by the
+    number of action dimensions (--gae-lambda). CleanRL's MuJoCo settings (Hopper-v5 about 2,300 over 3 seeds)
+    reproduce its published numbers: --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0
+    --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
