@@ -84,8 +84,7 @@ class Args:
     gamma: float = 0.99
     """the discount factor gamma"""
     gae_lambda: Optional[float] = None
-    """the lambda of generalized advantage estimation (None: 1 - action dimensions / 80 within [0.8, 0.95]: 0.8
-    for Humanoid-v5, 0.9 Ant-v5, 0.925 Walker2d-v5 and HalfCheetah-v5, 0.95 Hopper-v5)"""
+    """GAE's lambda (default: 1 - action dimensions / 80 within [0.8, 0.95]: Humanoid-v5 0.8, Hopper-v5 0.95)"""
     num_minibatches: int = 8
     """the number of minibatches each rollout is split into"""
     update_epochs: int = 10
@@ -260,14 +259,9 @@ class RewardScaler:
         return np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -10.0, 10.0)
 
 
-def gae_lambda_for(action_space):
-    """GAE's lambda when --gae-lambda is not given: 1 - (action dimensions) / 80, within [0.8, 0.95].
-    The more dimensions, the noisier the policy gradient (its variance grows with them: Wu et al., 2018, "Variance
-    reduction for policy gradient with action-dependent factorized baselines"), and the lower lambda must be to cut
-    the advantages' variance (the bias-variance trade of Schulman et al., 2016, GAE). Measured at 1M steps
-    (benchmarks/results/README.md): Humanoid-v5 (17 dimensions) learns at 0.8 but not at 0.9; Ant-v5 (8) is best
-    at 0.8-0.9; Walker2d-v5 (6) at 0.9-0.95; Hopper-v5 (3) and continuous LunarLander-v3 (2) at 0.95."""
-    return min(0.95, max(0.8, 1.0 - int(np.prod(action_space.shape)) / 80))
+def gae_lambda_for(action_space, given=None):
+    """Unless given: lower lambda for more action dimensions, whose policy gradient is noisier (Wu et al., 2018)."""
+    return given if given is not None else min(0.95, max(0.8, 1.0 - int(np.prod(action_space.shape)) / 80))
 
 
 def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
@@ -342,8 +336,7 @@ def train(args, checkpoint=None):
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name))
-    if args.gae_lambda is None:  # the default: set by the action space (gae_lambda_for, above), kept by checkpoints
-        args.gae_lambda = gae_lambda_for(envs.single_action_space)
+    args.gae_lambda = gae_lambda_for(envs.single_action_space, args.gae_lambda)  # kept by checkpoints from here on
     agent = Agent(envs, args.hidden_size, args.init_log_std).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     obs_rms = RunningMeanStd(envs.single_observation_space.shape)

@@ -54,7 +54,7 @@ if __name__ == "__main__":
         n_epochs=config["n_epochs"],
         learning_rate=lambda progress: progress * config["learning_rate"],  # linear annealing, as ours
         gamma=0.99,
-        gae_lambda=config["gae_lambda"] or gae_lambda_for(envs.action_space),
+        gae_lambda=gae_lambda_for(envs.action_space, config["gae_lambda"]),
         clip_range=config["clip_range"],
         clip_range_vf=config["clip_range_vf"],  # ours clips the value loss (by clip_coef) unless --no-clip-vloss
         ent_coef=config["ent_coef"],
