@@ -133,8 +133,7 @@ class Args:
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
     def thunk():
         if multiprocessing.parent_process() is not None:  # in a worker process (async mode)
-            # Ctrl-C or a closed terminal reaches every process of the group: the main process saves and stops the
-            # run, the workers must not die under it mid-step. (SIGTERM stays fatal: it is how workers are stopped.)
+            # a stop to the whole group is the main process's to act on (SIGTERM stays fatal: it is how workers stop)
             for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
                 signal.signal(sig, signal.SIG_IGN)
         if capture_video and idx == 0:
@@ -448,8 +447,7 @@ def train(args, checkpoint=None):
 
 SCRIPT = os.path.basename(__file__)  # recorded in every checkpoint: a copy of this file is a script of its own
 # Ctrl-C, kill, a closed terminal, Ctrl-\, a scheduler's warning or CPU limit: each finishes the iteration and saves
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
-                signal.SIGXCPU)
+STOP_SIGNALS = tuple(getattr(signal, f"SIG{name}") for name in ("INT", "TERM", "HUP", "QUIT", "USR1", "USR2", "XCPU"))
 # A checkpoint holds one state_dict per entry of train()'s `state`, and these fields; nothing else is read from it.
 CHECKPOINT_SCHEMA = {"global_step": int, "iteration": int, "args": dict, "run_name": str, "rng_state": torch.Tensor}
 
@@ -646,17 +644,15 @@ class CheckedEnvs(gym.vector.VectorWrapper):
     def checked(self, call):
         try:
             result = call()
-        except multiprocessing.TimeoutError:
-            self.failed = True
-            raise EnvError(f"did not answer a step within {self.timeout} s (a sub-environment hangs?)") from None
         except KeyboardInterrupt:  # a second stop signal: the script's, not the env's
             raise
         except BaseException as e:  # SystemExit too: some simulator bindings call sys.exit() when they lose their link
             self.failed = True
+            if isinstance(e, multiprocessing.TimeoutError):
+                raise EnvError(f"did not answer a step within {self.timeout} s (a sub-environment hangs?)") from None
             for process in getattr(self.env, "processes", []) if isinstance(e, (EOFError, ConnectionError)) else []:
                 process.join(timeout=1.0)  # async: a worker whose env called sys.exit() leaves a broken pipe
-                if process.exitcode is not None:
-                    code = process.exitcode
+                if (code := process.exitcode) is not None:
                     how = f"was stopped by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
                     raise EnvError(f"lost a worker process, which {how}") from e
             raise EnvError(f"raised {type(e).__name__}: {first_line(e)}") from e
@@ -674,13 +670,14 @@ class CheckedEnvs(gym.vector.VectorWrapper):
     def close(self, **kwargs):
         """gymnasium's close() would wait for the step in flight, or write to a dead worker's pipe: terminate them."""
         gym.logger.min_level = self.log_level
-        if not isinstance(self.env, gym.vector.AsyncVectorEnv) or not (
-                self.failed or not all(process.is_alive() for process in self.env.processes)):
-            try:
+        try:
+            if not isinstance(self.env, gym.vector.AsyncVectorEnv) or not (
+                    self.failed or not all(process.is_alive() for process in self.env.processes)):
                 return self.env.close(**kwargs)
-            except KeyboardInterrupt:
-                raise
-            except BaseException as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # unless a stop signal to the whole group (SLURM's SIGTERM) ended a worker
+            if not any(-(p.join(1.0) or p.exitcode or 0) in STOP_SIGNALS for p in getattr(self.env, "processes", [])):
                 raise EnvError(f"raised {type(e).__name__}: {first_line(e)} while closing") from e
         for process in self.env.processes:
             process.terminate()
@@ -709,7 +706,7 @@ class Run:
             print(f"note: --total-timesteps {args.total_timesteps:,} is rounded down to whole batches of {batch:,}: "
                   f"{self.total_timesteps:,} steps")
         self.name, self.dir, self.lock = open_run_folder(args, checkpoint)
-        self.checkpoint_path = os.path.join(self.dir, "checkpoint.pt")
+        self.checkpoint_path, self.finished = os.path.join(self.dir, "checkpoint.pt"), False  # finished: see save()
         if checkpoint and os.path.exists(self.checkpoint_path):  # read again under the lock: another process may have
             newer = load_checkpoint(self.checkpoint_path)["global_step"]  # written it, or --resume named an older copy
             if newer != self.global_step:
@@ -748,8 +745,8 @@ class Run:
             self.fail_with(e)
         finally:
             threading.excepthook = excepthook
-            for sig, handler in handlers.items():
-                signal.signal(sig, handler)
+            for sig, handler in handlers.items():  # as a script, a finished run ignores them until the process exits
+                signal.signal(sig, signal.SIG_IGN if self.finished and __name__ == "__main__" else handler)
             with contextlib.suppress(OSError, AttributeError):  # a failed write was reported; or no writer yet
                 self.writer.close()
             self.lock.close()
@@ -762,7 +759,7 @@ class Run:
     def on_signal(self, signum, frame):
         """A first signal: finish the iteration, save, exit. A second one: stop now (an env that hangs), by the rule."""
         self.stop_signal.append(signum)
-        if len(self.stop_signal) > 1:
+        if len(self.stop_signal) > 1 and not self.finished:
             raise KeyboardInterrupt
 
     def fail_with(self, error):
@@ -772,20 +769,16 @@ class Run:
             self.save()
             outcome = (f"checkpoint of the last complete iteration (step {self.global_step}) saved. "
                        f"Resume with: {command(self.args, '--resume', self.checkpoint_path)}")
-        cause = error.__cause__
-        if isinstance(error, EnvError) and cause:  # the env's own frames (not gymnasium's, not this script's)
+        if isinstance(error, EnvError) and (cause := error.__cause__):  # the env's own frames, not gymnasium's or ours
             ours = (os.path.dirname(gym.__file__), os.path.dirname(multiprocessing.__file__), os.path.abspath(__file__))
             frames = [f for f in traceback.extract_tb(cause.__traceback__) if not f.filename.startswith(ours)]
             lines = traceback.format_list(frames) + traceback.format_exception_only(cause)
             print("\nthe env's error:\n" + "".join(lines), end="", file=sys.stderr)
-        if isinstance(error, EnvError):
-            fail(f"{self.args.env_id} {error} {where}; {outcome}")
-        if isinstance(error, FloatingPointError):
-            fail(f"non-finite {error} {where}; {outcome}")
-        if isinstance(error, OSError):  # TensorBoard's events could not be written (a full disk)
-            fail(f"cannot write the TensorBoard events in {self.dir}: {error.strerror or error}; {outcome}")
-        if isinstance(error, KeyboardInterrupt):
-            fail(f"stopped by a second signal {where}; {outcome}")
+        said = {EnvError: f"{self.args.env_id} {error} {where}", FloatingPointError: f"non-finite {error} {where}",
+                KeyboardInterrupt: f"stopped by a second signal {where}",  # OSError: TensorBoard's writes (a full disk)
+                OSError: f"cannot write the TensorBoard events in {self.dir}: {getattr(error, 'strerror', 0) or error}"}
+        for message in [message for kind, message in said.items() if isinstance(error, kind)]:
+            fail(f"{message}; {outcome}")
         print(f"\n{SCRIPT} stopped by {type(error).__name__} {where}; {outcome}", file=sys.stderr)
         raise error  # neither the env's nor the disk's fault: show where it happened
 
@@ -827,17 +820,25 @@ class Run:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # later prints find no closed pipe
 
     def save(self):
-        """Write the last complete iteration atomically: the previous checkpoint stays whole until the new one is."""
+        """Write the last complete iteration atomically and durably: the file flushed, renamed, the folder flushed."""
         tmp_path = f"{self.checkpoint_path}.{os.getpid()}.tmp"  # one temporary file per process
         try:
             torch.save(self.last_complete, tmp_path)
+            fsync(tmp_path)  # durable, not only atomic: on the disk before the rename, and the rename after it
             os.replace(tmp_path, self.checkpoint_path)
+            fsync(self.dir)
         except (OSError, RuntimeError) as e:  # a folder that cannot be written; a full disk (torch.save: RuntimeError)
             with contextlib.suppress(OSError):
                 os.remove(tmp_path)
             reason = (getattr(e, "strerror", None) or "the write failed (is the disk full?)" if os.path.isdir(self.dir)
                       else "the run folder is gone")
             fail(f"cannot write checkpoint {self.checkpoint_path}: {reason}; the previous one, if any, is intact")
+        self.finished = self.last_complete["global_step"] == self.total_timesteps  # from here a stop changes nothing
+
+
+def fsync(path):
+    os.fsync(descriptor := os.open(path, os.O_RDONLY))  # a file's data, or a folder's entries (a rename), to the disk
+    os.close(descriptor)
 
 
 def copied(state):
@@ -865,8 +866,7 @@ def open_run_folder(args, checkpoint):
             os.makedirs(os.path.join("runs", name))
             folder = os.path.join("runs", name)
         except FileExistsError:
-            number += 1
-            name = f"{base}-{number}"
+            number, name = number + 1, f"{base}-{number + 1}"
         except OSError as e:
             fail(f"cannot create the run folder runs/{name}: {e.strerror or e}")
     try:

@@ -6,7 +6,9 @@ Flags the runner does not know go to every run (e.g. `--total-timesteps 100000`)
 its own folder <out>/<script>__<env id>__<seed>/: run.json (its command), log.txt (its console output),
 runs/ (its TensorBoard run and checkpoint) and, once it has ended, result.json. Started again with the
 same command, the runner skips the runs that ended (finished or failed) and resumes interrupted ones
-from their last checkpoint. Ctrl-C stops every run cleanly, each saving a checkpoint first.
+from their last checkpoint; a run whose checkpoint holds its last step has finished, whatever its log or exit
+status says (a stop while it exited), and its result is read, never trained again. Ctrl-C stops every run
+cleanly, each saving a checkpoint first.
 At the end it writes <out>/results.md and <out>/results.csv, over every ended run in <out>.
 
 On a SLURM cluster, add --slurm (and the cluster's own sbatch options, e.g. --sbatch-args="--partition=cpu
@@ -44,9 +46,15 @@ SLURM_SUBMISSIONS = 3  # a run whose task ended this many times without a result
 
 
 def write_json(path, data):
+    """Atomically and durably (as the scripts write checkpoints): a power cut leaves the old file or the new one."""
     with open(path + ".tmp", "w") as f:
         json.dump(data, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(path + ".tmp", path)
+    folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)  # the rename reaches the disk too
+    os.fsync(folder)
+    os.close(folder)
 
 
 def read_json(path):
@@ -62,6 +70,21 @@ def ended(folder):
         return result if {"script", "env_id", "status"} <= result.keys() else None
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def finished_step(folder):
+    """The step of the run's checkpoint when it holds the run's last step: the run finished, whatever its log's last
+    line or its exit status says (a stop signal while it exited). None while it has not finished."""
+    import torch  # here only: the runner's own start stays quick
+
+    for path in glob.glob(os.path.join(glob.escape(folder), "runs", "*", "checkpoint.pt")):
+        with contextlib.suppress(Exception):  # unreadable: not finished, and resuming it gives the script's message
+            checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+            args = checkpoint["args"]
+            batch = args["num_envs"] * args["num_steps"]
+            if checkpoint["global_step"] >= args["total_timesteps"] // batch * batch:  # as the script rounds it
+                return int(checkpoint["global_step"])
+    return None
 
 
 def planned_runs(cli, script_flags):
@@ -91,8 +114,9 @@ def start(run, new_session=True):
     command = [sys.executable, script_path(run["script"]), *run["command"][1:]]
     checkpoints = glob.glob(os.path.join(run["folder"], "runs", "*", "checkpoint.pt"))
     log_path = os.path.join(run["folder"], "log.txt")
-    if checkpoints and os.path.exists(log_path) and last_log_line(log_path).startswith("done:"):
-        # it finished but its result.json is damaged: a process that ends at once lets finish() read the logs again
+    if finished_step(run["folder"]) is not None:
+        # it finished but has no result.json (damaged, or its process was stopped while it exited; a task requeued after
+        # the end): no work, a process that ends at once lets finish() read its logs and checkpoint
         run["process"] = subprocess.Popen([sys.executable, "-c", ""])
         return
     if checkpoints:  # an interrupted run continues from its last checkpoint
@@ -124,11 +148,12 @@ def finish(run):
               "last_attempt": [run["started"], time.time()], "status": "failed", "reason": None}
     log_path = os.path.join(run["folder"], "log.txt")
     try:
-        if returncode != 0:
+        step = finished_step(run["folder"])
+        if returncode != 0 and step is None:  # a run whose checkpoint holds its last step finished, whatever its exit
             raise RunNotReadable(f"exit code {returncode}: {last_log_line(log_path)} (log: {log_path})")
         logged = read_run(run["folder"])
         result.update(status="finished", final_return=logged["final_return"],
-                      episodes=int(logged["returns"].size), steps=int(logged["last_step"]),
+                      episodes=int(logged["returns"].size), steps=step or int(logged["last_step"]),
                       sps=logged["last_step"] / wall_time)
     except RunNotReadable as reason:
         result["reason"] = str(reason)
@@ -244,7 +269,8 @@ def slurm_task(out, index):
     start(run, new_session=False)  # one process group with this task: SLURM's signals reach the run
     while run["process"].poll() is None:
         time.sleep(0.5)
-    if stops and run["process"].returncode != 0:  # stopped for the scheduler, saved: it goes on when the task runs again
+    if stops and run["process"].returncode != 0 and finished_step(run["folder"]) is None:  # stopped for the scheduler,
+        # saved: it goes on when the task runs again (a run that had finished before the stop counts as finished)
         account_time(run)
         if signal.SIGUSR1 in stops:
             task = f"{os.environ['SLURM_ARRAY_JOB_ID']}_{os.environ['SLURM_ARRAY_TASK_ID']}"
@@ -269,6 +295,11 @@ def slurm_collect(cli, runs):
             print(f"{waiting[run['folder']].lower()}: {os.path.basename(run['folder'])}{progress} (log: {run['folder']}/log.txt)")
     waiting = {folder: state for folder, state in waiting.items() if not ended(folder)}
     unqueued = [run for run in runs if not ended(run["folder"]) and run["folder"] not in waiting]
+    for run in [run for run in unqueued if finished_step(run["folder"]) is not None]:  # its task ended before its result
+        unqueued.remove(run)
+        start(run)
+        run["process"].wait()
+        finish(run)
     for run in list(unqueued):  # a task that keeps ending without a result (not a stop for the scheduler) is given up
         state = read_json(os.path.join(run["folder"], "run.json"))
         if state.get("slurm_submissions", 0) >= SLURM_SUBMISSIONS:

@@ -404,6 +404,45 @@ def test_a_damaged_result_is_read_again_from_the_logs_and_left_out_of_the_plots(
     assert output.strip().splitlines()[-1].endswith("--out a_file is a file, not a folder"), output
 
 
+def test_a_finished_run_without_its_result_counts_as_finished_by_its_checkpoint_locally_and_in_a_requeued_task(tmp_path):
+    """A run stopped while it exited after its end (no result.json, a log whose last line is not `done:`): its
+    checkpoint holds its last step, so the runner, and a SLURM task requeued after the end, read its result from its
+    logs and checkpoint and do no work (a resume would be refused, and the run reported failed)."""
+    command = ["--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--seeds", "1", "--out", "out", "--total-timesteps", "1024"]
+    assert tool("run.py", *command, cwd=tmp_path).wait(timeout=120) == 0
+    folder = tmp_path / "out" / "ppo_discrete__CartPole-v1__1"
+    first = json.loads((folder / "result.json").read_text())
+    plan = {"job": "7", "runs": [{"script": "ppo_discrete.py", "env_id": "CartPole-v1", "seed": 1, "folder": "out/" + folder.name,
+                                  "command": json.loads((folder / "run.json").read_text())["command"]}]}
+    (tmp_path / "out" / "slurm-job-7.json").write_text(json.dumps(plan))
+    for how in ("local", "requeued SLURM task"):
+        (folder / "result.json").unlink()
+        with open(folder / "log.txt", "a") as log:
+            log.write("KeyboardInterrupt\n")
+        log = (folder / "log.txt").read_text()
+        if how == "local":
+            process = tool("run.py", *command, cwd=tmp_path)
+        else:  # as SLURM starts the task again (no squeue here: the grid is not collected)
+            task = {"SLURM_ARRAY_JOB_ID": "7", "SLURM_ARRAY_TASK_ID": "0", "SLURM_JOB_ID": "8"}
+            process = tool("run.py", "--slurm-task", "0", "--out", "out", cwd=tmp_path, env={**os.environ, **task})
+        output = process.communicate(timeout=120)[0]
+        assert process.returncode == 0 and "failed:" not in output and "Traceback" not in output, output
+        result = json.loads((folder / "result.json").read_text())
+        assert (result["status"], result["steps"], result["final_return"]) == ("finished", 1024, first["final_return"]), how
+        assert (folder / "log.txt").read_text() == log, how  # not started again
+
+
+def test_the_runner_writes_its_files_durably(tmp_path, monkeypatch):
+    """run.json and result.json: the file reaches the disk before the rename, and the rename after it."""
+    calls, real_fsync, real_replace = [], os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or real_fsync(fd))
+    monkeypatch.setattr(os, "replace", lambda source, target: calls.append(("replace", source, target)) or real_replace(source, target))
+    path = str(tmp_path / "run.json")
+    runner.write_json(path, {"elapsed": 1.0})
+    assert calls == [("fsync", path + ".tmp"), ("replace", path + ".tmp", path), ("fsync", str(tmp_path))]
+    assert runner.read_json(path) == {"elapsed": 1.0}
+
+
 def test_sb3_ppo_runs_the_scripts_defaults():
     """The speed comparisons are fair only if Stable-Baselines3 trains with the settings our scripts default to."""
     sb3_ppo = pytest.importorskip("sb3_ppo", reason="needs stable-baselines3")

@@ -301,6 +301,74 @@ def test_a_signal_during_the_last_iteration_finishes_the_run(ppo, in_tmp, monkey
     assert torch.load(path, weights_only=True)["global_step"] == 1024
 
 
+STOPS_AFTER_THE_END = """import atexit, os, runpy, signal, sys
+
+script = sys.argv[1]
+
+
+def hook(frame, event, arg):  # the moment Run.save() returns with the run's last step on the disk
+    if event == "return" and frame.f_code.co_name == "save" and frame.f_code.co_filename == script:
+        run = frame.f_locals["self"]
+        if run.last_complete["global_step"] == run.total_timesteps:
+            for sig in (signal.SIGINT, signal.SIGTERM):  # a first stop and a second
+                os.kill(os.getpid(), sig)
+
+
+atexit.register(lambda: [os.kill(os.getpid(), sig) for sig in (signal.SIGINT, signal.SIGTERM)])  # and as Python exits
+sys.argv = sys.argv[1:]
+sys.setprofile(hook)
+runpy.run_path(script, run_name="__main__")
+"""
+
+
+def stopped_after_the_end(ppo, folder, flags, to_the_group=False):
+    """The script run to its end with STOPS_AFTER_THE_END's signals, to its own process or to its whole process group."""
+    hooks = STOPS_AFTER_THE_END.replace("os.kill(os.getpid(), sig)", "os.killpg(0, sig)" if to_the_group else "os.kill(os.getpid(), sig)")
+    (folder / "stops.py").write_text(hooks)
+    script = os.path.join(os.path.dirname(ppo.__file__), f"{ppo.__name__}.py")
+    return subprocess.run([sys.executable, "stops.py", script, *flags], cwd=folder, capture_output=True, text=True,
+                          timeout=300, start_new_session=to_the_group)
+
+
+def test_stop_signals_after_the_final_save_change_nothing(ppo, tmp_path):
+    """Ctrl-C and SIGTERM just after the last checkpoint is written, and again while Python exits (hooks at those
+    moments, not a race): the run stays finished, exit status 0, no traceback, and `done:` is still the last line."""
+    process = stopped_after_the_end(ppo, tmp_path, short_flags(ppo))
+    assert (process.returncode, process.stderr) == (0, ""), process.stdout + process.stderr
+    assert process.stdout.splitlines()[-1].startswith("done: 1,024 steps"), process.stdout
+    assert torch.load(glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt"))[0], weights_only=True)["global_step"] == 1024
+
+
+def test_a_stop_to_the_whole_group_after_the_final_save_is_no_fault_of_the_async_workers(tmp_path):
+    """As SLURM preempts or requeues a task: the signals reach every process of the group, so SIGTERM ends the async
+    workers just after the last checkpoint; closing them is no fault of the env's, and the run stays finished."""
+    flags = [flag if flag != "sync" else "async" for flag in short_flags(ppo_vector_sameStep)]
+    process = stopped_after_the_end(ppo_vector_sameStep, tmp_path, flags, to_the_group=True)
+    assert (process.returncode, process.stderr) == (0, ""), process.stdout + process.stderr
+    assert process.stdout.splitlines()[-1].startswith("done: 1,024 steps"), process.stdout
+
+
+def test_a_checkpoint_reaches_the_disk_before_its_rename_and_the_rename_after_it(ppo, in_tmp, monkeypatch):
+    """Durable, not only atomic: fsync of the written file, then the rename over checkpoint.pt, then fsync of the run
+    folder, at every checkpoint."""
+    calls, real_fsync, real_replace = [], os.fsync, os.replace
+
+    def fsync(descriptor):
+        calls.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
+        real_fsync(descriptor)
+
+    def replace(source, target):
+        calls.append(("replace", os.path.abspath(source), os.path.abspath(target)))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    path = os.path.abspath(ppo.train(short_args(ppo)))  # two iterations, a checkpoint after each
+    folder, tmp = os.path.dirname(path), f"{path}.{os.getpid()}.tmp"
+    ours = [call for call in calls if call[1].startswith(folder)]
+    assert ours == [("fsync", tmp), ("replace", tmp, path), ("fsync", folder)] * 2, ours
+
+
 def test_resume_from_another_folder_continues_in_the_checkpoint_folder(ppo, in_tmp, monkeypatch):
     path = os.path.abspath(ppo.train(short_args(ppo)))
     os.mkdir("elsewhere")
