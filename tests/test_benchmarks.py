@@ -443,6 +443,17 @@ def test_the_runner_writes_its_files_durably(tmp_path, monkeypatch):
     assert runner.read_json(path) == {"elapsed": 1.0}
 
 
+def test_checkpoint_write_times_both_ways_of_writing(tmp_path, monkeypatch, capsys):
+    import checkpoint_write
+
+    monkeypatch.chdir(tmp_path)  # it writes in a temporary folder of the current one, on the disk the runs use
+    checkpoint_write.main(repeats=2)
+    assert list(tmp_path.iterdir()) == []  # and leaves nothing behind
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("checkpoint of ") and "2 writes each way" in lines[0], lines
+    assert [line.split(":")[0].strip() for line in lines[1:]] == ["atomic only", "atomic and durable"], lines
+
+
 def test_sb3_ppo_runs_the_scripts_defaults():
     """The speed comparisons are fair only if Stable-Baselines3 trains with the settings our scripts default to."""
     sb3_ppo = pytest.importorskip("sb3_ppo", reason="needs stable-baselines3")
