@@ -224,3 +224,21 @@ def scalars(run_dir):
     events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
     events.Reload()
     return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def record_fsync_and_replace(monkeypatch):
+    """os.fsync and os.replace go on working and are recorded, in order: ("fsync", path) and ("replace", source,
+    target), every path absolute (an fsync's from /proc/self/fd)."""
+    calls, real_fsync, real_replace = [], os.fsync, os.replace
+
+    def fsync(descriptor):
+        calls.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
+        real_fsync(descriptor)
+
+    def replace(source, target):
+        calls.append(("replace", os.path.abspath(source), os.path.abspath(target)))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    return calls

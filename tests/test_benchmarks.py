@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from torch.utils.tensorboard import SummaryWriter
 
-from conftest import ROOT, readme_own_env, start, wait_for
+from conftest import ROOT, readme_own_env, record_fsync_and_replace, start, wait_for
 
 for package in ("optuna", "matplotlib", "scipy"):  # the tools' own requirements
     pytest.importorskip(package, reason="the tools need: pip install -r benchmarks/requirements.txt")
@@ -434,9 +434,7 @@ def test_a_finished_run_without_its_result_counts_as_finished_by_its_checkpoint_
 
 def test_the_runner_writes_its_files_durably(tmp_path, monkeypatch):
     """run.json and result.json: the file reaches the disk before the rename, and the rename after it."""
-    calls, real_fsync, real_replace = [], os.fsync, os.replace
-    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or real_fsync(fd))
-    monkeypatch.setattr(os, "replace", lambda source, target: calls.append(("replace", source, target)) or real_replace(source, target))
+    calls = record_fsync_and_replace(monkeypatch)
     path = str(tmp_path / "run.json")
     runner.write_json(path, {"elapsed": 1.0})
     assert calls == [("fsync", path + ".tmp"), ("replace", path + ".tmp", path), ("fsync", str(tmp_path))]

@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import constructed_env_id, scalars, short_args, short_flags, start, wait_for
+from conftest import constructed_env_id, record_fsync_and_replace, scalars, short_args, short_flags, start, wait_for
 
 import ppo_continuous
 import ppo_discrete
@@ -351,18 +351,7 @@ def test_a_stop_to_the_whole_group_after_the_final_save_is_no_fault_of_the_async
 def test_a_checkpoint_reaches_the_disk_before_its_rename_and_the_rename_after_it(ppo, in_tmp, monkeypatch):
     """Durable, not only atomic: fsync of the written file, then the rename over checkpoint.pt, then fsync of the run
     folder, at every checkpoint."""
-    calls, real_fsync, real_replace = [], os.fsync, os.replace
-
-    def fsync(descriptor):
-        calls.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
-        real_fsync(descriptor)
-
-    def replace(source, target):
-        calls.append(("replace", os.path.abspath(source), os.path.abspath(target)))
-        real_replace(source, target)
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
+    calls = record_fsync_and_replace(monkeypatch)
     path = os.path.abspath(ppo.train(short_args(ppo)))  # two iterations, a checkpoint after each
     folder, tmp = os.path.dirname(path), f"{path}.{os.getpid()}.tmp"
     ours = [call for call in calls if call[1].startswith(folder)]
