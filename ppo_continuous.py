@@ -317,14 +317,9 @@ def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values,
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # detail 10: one combined loss
 
     with torch.no_grad():  # detail 12: debug variables; approx_kl is the k3 estimator
-        stats = {
-            "policy_loss": pg_loss,
-            "value_loss": v_loss,
-            "entropy": entropy_loss,
-            "old_approx_kl": (-logratio).mean(),
-            "approx_kl": ((ratio - 1) - logratio).mean(),
-            "clipfrac": ((ratio - 1.0).abs() > args.clip_coef).float().mean(),
-        }
+        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
+                 "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
+                 "clipfrac": ((ratio - 1.0).abs() > args.clip_coef).float().mean()}
     return loss, stats
 
 
@@ -395,8 +390,7 @@ def train(args, checkpoint=None):
             with torch.no_grad():
                 values = agent.get_value(torch.from_numpy(obs).to(device)).view(args.num_steps, args.num_envs)
                 next_value = agent.get_value(torch.from_numpy(next_obs).to(device)).view(1, args.num_envs)
-            next_values = torch.cat([values[1:], next_value]).cpu().numpy()
-            values = values.cpu().numpy()
+            next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
                                             args.gae_lambda)
             returns = advantages + values  # detail 5: the value target is advantage + value

@@ -324,14 +324,9 @@ def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values,
     loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # detail 10: one combined loss
 
     with torch.no_grad():  # detail 12: debug variables; approx_kl is the k3 estimator
-        stats = {
-            "policy_loss": pg_loss,
-            "value_loss": v_loss,
-            "entropy": entropy_loss,
-            "old_approx_kl": (-logratio).mean(),
-            "approx_kl": ((ratio - 1) - logratio).mean(),
-            "clipfrac": ((ratio - 1.0).abs() > args.clip_coef).float().mean(),
-        }
+        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
+                 "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
+                 "clipfrac": ((ratio - 1.0).abs() > args.clip_coef).float().mean()}
     return loss, stats
 
 
