@@ -26,9 +26,10 @@ import tempfile
 import threading
 import time
 import traceback
+import warnings
 from collections import deque
 from dataclasses import asdict, dataclass, fields
-from typing import Optional
+from typing import Literal, Optional
 
 if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("interrupted"))  # Ctrl-C while torch loads
@@ -71,6 +72,10 @@ class Args:
     """the id of the gymnasium environment (any Discrete action space); `module:Id` imports your own module first"""
     env_kwargs: str = "{}"
     """keyword arguments of gym.make as JSON, e.g. '{"is_slippery": false}' (FrozenLake-v1)"""
+    env_backend: Literal["gymnasium", "envpool"] = "gymnasium"
+    """what steps the sub-envs: gymnasium, in this process, or EnvPool's C++ threads (`pip install envpool==1.2.5`)"""
+    env_threads: int = 0
+    """EnvPool's threads (0: one per core this process may use, at most one per sub-env)"""
     total_timesteps: int = 500000
     """total environment steps of the run (raise it with --resume to extend a run)"""
     learning_rate: float = 1.88e-3
@@ -136,13 +141,18 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
     return thunk
 
 
-def make_envs(args, num_envs, video_folder, film_first=None):
+def make_envs(args, num_envs, video_folder, seed, film_first=None):
     if args.capture_video:
         os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # else pygame says XDG_RUNTIME_DIR is invalid
-    # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP
-    env_fns = [make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video, video_folder, film_first)
-               for i in range(num_envs)]
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(gym.vector.SyncVectorEnv(env_fns))  # raw, unscaled returns
+    # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP, as EnvPool's
+    if args.env_backend == "envpool":  # its threads step the sub-envs; seeded when made (its reset ignores a seed)
+        warnings.filterwarnings("ignore", "EnvPool seeds are fixed|.*precision lowered by casting")  # its own notes
+        threads = min(args.env_threads or len(os.sched_getaffinity(0)), num_envs)
+        envs = __import__("envpool").make_gymnasium(args.env_id, num_envs=num_envs, seed=seed, num_threads=threads)
+    else:
+        envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
+                                                  video_folder, film_first) for i in range(num_envs)])
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns
     return CheckedEnvs(envs)  # run safety (below): the env's exceptions and non-finite numbers get one line
 
 
@@ -258,7 +268,8 @@ def train(args, checkpoint=None):
     torch.set_num_threads(1)  # a 64-64 MLP runs fastest on one thread; more threads only add overhead
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    envs = make_envs(args, args.num_envs, os.path.join("videos", run.name))
+    seed = args.seed + run.start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
+    envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
     agent = Agent(envs, args.hidden_size).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
@@ -267,16 +278,12 @@ def train(args, checkpoint=None):
     # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
     obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=np.float32)
     actions = np.zeros((args.num_steps, args.num_envs), dtype=np.int64)
-    logprobs = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    terminations = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    dones = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    valid = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    logprobs, rewards, terminations, dones, valid = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+                                                     for _ in range(5))
 
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = run.global_step
-        # A resumed run starts fresh episodes, seeded apart from the original run's first ones.
-        next_obs, _ = envs.reset(seed=args.seed + run.start_iteration - 1)
+        next_obs, _ = envs.reset(seed=seed)
         next_done = np.zeros(args.num_envs, dtype=np.float32)
         for iteration in range(run.start_iteration, run.num_iterations + 1):
             if args.anneal_lr:  # detail 4: learning rate falls linearly to 0 at the last iteration
@@ -359,8 +366,7 @@ def fail(message):
 
 
 def command(args, flag, checkpoint_path, *more):
-    """The command that runs this script on a checkpoint (flag: --resume or --eval-checkpoint), as it must be pasted in
-    this folder: it names --env-id when the env comes from a module, which a checkpoint never imports on its own."""
+    """The command on a checkpoint (flag: --resume or --eval-checkpoint), with --env-id for an env from a module."""
     env = ["--env-id", args.env_id] if ":" in args.env_id else []
     return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
 
@@ -394,7 +400,8 @@ def check_args(args):
         (batch // minibatches >= 2, f"minibatches of {batch // minibatches} row cannot be trained on "
                                     "(advantages are normalized per minibatch): lower --num-minibatches"),
         (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0, "--gamma and --gae-lambda must lie in [0, 1]"),
-        (min(args.vf_coef, args.checkpoint_interval) >= 0, "--vf-coef and --checkpoint-interval must not be negative"),
+        (min(args.vf_coef, args.checkpoint_interval, args.env_threads) >= 0,
+         "--vf-coef, --checkpoint-interval and --env-threads must not be negative"),
         (kl is None or kl > 0, f"--target-kl must be positive (or left out), got {kl}"),
         (args.hidden_size <= 8192, f"--hidden-size {args.hidden_size} would not fit in memory: at most 8192"),
         (not args.track or importlib.util.find_spec("wandb"), "--track needs wandb: pip install wandb"),
@@ -404,8 +411,13 @@ def check_args(args):
 
 
 def check_env(args, env_kwargs):
-    """Make one env before training: an unknown id, keyword arguments it does not take and spaces this
-    script cannot train get one line, and the sub-environments are made only once these pass."""
+    """One env before training: what this script or its engine cannot train gets one line before the sub-envs."""
+    if args.env_backend == "envpool":  # what EnvPool cannot do gets one line naming the flag to drop
+        if not importlib.util.find_spec("envpool"):
+            fail("--env-backend envpool needs EnvPool: pip install envpool==1.2.5")
+        cannot = [f"--env-id {args.env_id}"] * (args.env_id not in importlib.import_module("envpool").list_all_envs())
+        for flag in cannot + ["--env-kwargs"] * bool(env_kwargs) + ["--capture-video"] * args.capture_video:
+            fail(f"EnvPool cannot take {flag}: drop it, or use --env-backend gymnasium")
     try:
         rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
         env = make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None)()
@@ -449,9 +461,8 @@ def load_checkpoint(path):
     known = {field.name: field.default for field in fields(Args)}
     if not CHECKPOINT_SCHEMA.keys() <= checkpoint.keys() or not isinstance(checkpoint["args"], dict):
         fail(f"{path} is not a checkpoint of {SCRIPT} (expected keys: {', '.join(sorted(CHECKPOINT_SCHEMA))})")
-    if set(checkpoint["args"]) - set(known):
-        fail(f"{path} is not a checkpoint of {SCRIPT} (unknown settings: "
-             f"{', '.join(sorted(map(str, set(checkpoint['args']) - set(known))))})")
+    if unknown := set(checkpoint["args"]) - set(known):
+        fail(f"{path} is not a checkpoint of {SCRIPT} (unknown settings: {', '.join(sorted(map(str, unknown)))})")
     # damaged: fields, state_dicts (the other entries) or settings of the wrong type (an int may stand for a float)
     wrong = [key for key, kind in CHECKPOINT_SCHEMA.items() if not isinstance(checkpoint[key], kind)
              or type(checkpoint[key]) is bool or (kind is torch.Tensor and checkpoint[key].dtype != torch.uint8)]
@@ -517,12 +528,7 @@ class CheckedEnvs(gym.vector.VectorWrapper):
         return self.checked(self.env.step, actions)
 
     def close(self, **kwargs):
-        try:
-            return self.env.close(**kwargs)
-        except KeyboardInterrupt:
-            raise
-        except BaseException as e:
-            raise EnvError(f"raised {type(e).__name__}: {first_line(e)} while closing") from e
+        return self.checked(self.env.close, **kwargs)
 
     def checked(self, call, *args, **kwargs):
         try:
@@ -530,8 +536,9 @@ class CheckedEnvs(gym.vector.VectorWrapper):
         except KeyboardInterrupt:  # a second stop signal: the script's, not the env's
             raise
         except BaseException as e:  # SystemExit too: some simulator bindings call sys.exit() when they lose their link
-            raise EnvError(f"raised {type(e).__name__}: {first_line(e)}") from e
-        for name, value in zip(("observation", "reward"), result[:2] if len(result) == 5 else result[:1]):
+            where = " while closing" * (call == self.env.close)
+            raise EnvError(f"raised {type(e).__name__}: {first_line(e)}{where}") from e
+        for name, value in zip(("observation", "reward"), (result or ())[:2 if len(result or ()) == 5 else 1]):
             if not np.isfinite(value).all():
                 raise FloatingPointError(name)
         return result
@@ -738,7 +745,7 @@ def evaluate(args, checkpoint):
     """Run the saved agent deterministically (the most probable action)."""
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
-    envs = make_envs(args, 1, video_folder, film_first=args.eval_episodes)
+    envs = make_envs(args, 1, video_folder, args.seed, film_first=args.eval_episodes)
     agent = Agent(envs, args.hidden_size)
     restore(checkpoint, {"model": agent}, args.env_id)
     episodic_returns, cut_episodes, episode_return, episode_length = [], 0, 0.0, 0

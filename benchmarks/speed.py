@@ -11,6 +11,7 @@ repeat right after the contenders (so it drifts with them), and gives A's speed 
     python benchmarks/speed.py --case cartpole --total-timesteps 500000 --repeats 3
     python benchmarks/speed.py --case humanoid --total-timesteps 100000 --repeats 2 --env-alone
     python benchmarks/speed.py --case humanoid-cleanrl --total-timesteps 100000 --repeats 2 --env-alone
+    python benchmarks/speed.py --case humanoid-envpool --total-timesteps 204800 --repeats 2   # pip install envpool==1.2.5
 """
 
 import argparse
@@ -46,6 +47,15 @@ CASES = {
     "humanoid-vector": ("Humanoid-v5", {
         "ppo_vector_sameStep.py (async)": ["ppo_vector_sameStep.py", "--vectorization-mode", "async", *NO_CHECKPOINTS],
         "ppo_continuous.py": ["ppo_continuous.py", *NO_CHECKPOINTS],
+    }),
+    # the engines of --env-backend, the defaults otherwise: EnvPool's C++ threads against gymnasium in one process
+    "humanoid-envpool": ("Humanoid-v5", {
+        "envpool": ["ppo_continuous.py", "--env-backend", "envpool", *NO_CHECKPOINTS],
+        "gymnasium": ["ppo_continuous.py", *NO_CHECKPOINTS],
+    }),
+    "hopper-envpool": ("Hopper-v5", {
+        "envpool": ["ppo_continuous.py", "--env-backend", "envpool", *NO_CHECKPOINTS],
+        "gymnasium": ["ppo_continuous.py", *NO_CHECKPOINTS],
     }),
     # the defaults against CleanRL's settings, both in ppo_continuous.py
     "humanoid-cleanrl": ("Humanoid-v5", {

@@ -154,7 +154,7 @@ FAULTS = [
     Fault("gamma above 1", r"--gamma and --gae-lambda must lie in \[0, 1\]", ("--gamma", "1.5")),
     Fault("zero learning rate", r"--learning-rate must be positive, got 0.0", ("--learning-rate", "0")),
     Fault("zero max grad norm", r"--max-grad-norm must be positive", ("--max-grad-norm", "0")),
-    Fault("negative value coefficient", r"--vf-coef and --checkpoint-interval must not be negative", ("--vf-coef", "-0.5")),
+    Fault("negative value coefficient", r"--vf-coef(, | and )--checkpoint-interval( and --env-threads)? must not be negative", ("--vf-coef", "-0.5")),
     Fault("negative target KL", r"--target-kl must be positive", ("--target-kl", "-0.01")),
     Fault("a network too big for memory", r"--hidden-size 1000000 would not fit in memory: at most 8192", ("--hidden-size", "1000000")),
     Fault("no evaluation episodes", r"--eval-episodes must be positive", ("--eval-episodes", "0")),
