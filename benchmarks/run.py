@@ -2,7 +2,8 @@
 
     python benchmarks/run.py --scripts ppo_discrete.py --env-ids CartPole-v1 Acrobot-v1 --seeds 1 2 3 --out benchmark_runs/bench
 
-Flags the runner does not know go to every run (e.g. `--total-timesteps 100000`). Each run works in
+Flags the runner does not know go to every run (e.g. `--total-timesteps 100000`); as the runs share the cores,
+one with `--env-backend envpool` gets `--env-threads 1` unless the flags name its threads. Each run works in
 its own folder <out>/<script>__<env id>__<seed>/: run.json (its command), log.txt (its console output),
 runs/ (its TensorBoard run and checkpoint) and, once it has ended, result.json. Started again with the
 same command, the runner skips the runs that ended (finished or failed) and resumes interrupted ones
@@ -97,6 +98,14 @@ def planned_runs(cli, script_flags):
                 runs.append({"script": script, "env_id": env_id, "seed": seed, "command": command,
                              "folder": os.path.join(cli.out, name)})
     return runs
+
+
+def one_env_thread(flags):
+    """Runs share the cores: an EnvPool run gets one stepping thread (--env-threads 1) unless the flags name its threads."""
+    words = [word.replace("_", "-") for word in flags]
+    envpool = "--env-backend=envpool" in words or ("--env-backend", "envpool") in zip(words, words[1:])
+    told = any(word.split("=")[0] == "--env-threads" for word in words)
+    return [*flags, "--env-threads", "1"] if envpool and not told else flags
 
 
 def script_path(script):
@@ -321,7 +330,8 @@ def main():
         return slurm_task(sys.argv[4], int(sys.argv[2]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      epilog="Flags the runner does not know go to every run unchanged, e.g. --total-timesteps "
-                                     "100000. " + " ".join(__doc__.split("\n\n")[-1].split()))  # and the SLURM paragraph
+                                     "100000 (a run with --env-backend envpool also gets --env-threads 1 unless they name "
+                                     "its threads). " + " ".join(__doc__.split("\n\n")[-1].split()))  # and the SLURM paragraph
     parser.add_argument("--scripts", nargs="+", required=True, help="script paths, or names of this repository's, e.g. "
                         "ppo_discrete.py (required)")
     parser.add_argument("--env-ids", nargs="+", required=True, help="gymnasium env ids, e.g. CartPole-v1 (required)")
@@ -354,7 +364,7 @@ def main():
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         sys.exit(f"error: another runner is working in {cli.out}; wait for it, or use another --out")
-    runs = planned_runs(cli, script_flags)
+    runs = planned_runs(cli, one_env_thread(script_flags))
     jobs = [read_json(path)["job"] for path in glob.glob(os.path.join(glob.escape(cli.out), "slurm-job-[0-9]*.json"))]
     queued = [job for job in jobs if shutil.which("squeue") and slurm_queue(job)]
     if queued and not cli.slurm:

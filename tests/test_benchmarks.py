@@ -2,6 +2,7 @@
 
 import fcntl
 import glob
+import importlib.util
 import json
 import os
 import re
@@ -14,6 +15,7 @@ import uuid
 
 import numpy as np
 import pytest
+import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from conftest import ROOT, readme_own_env, record_fsync_and_replace, start, wait_for
@@ -106,6 +108,26 @@ def test_a_second_runner_on_the_same_folder_is_refused(tmp_path):
 def test_runner_help_shows_defaults_and_where_unknown_flags_go(tmp_path):
     output, _ = tool("run.py", "--help", cwd=tmp_path).communicate(timeout=60)
     assert "(default: 1 2 3)" in " ".join(output.split()) and "Flags the runner does not know go to every run" in output, output
+
+
+@pytest.mark.parametrize("flags, threads", [
+    (["--env-backend", "envpool"], ["--env-threads", "1"]),  # the runs share the cores: one EnvPool thread each
+    (["--env_backend=envpool", "--seed", "3"], ["--env-threads", "1"]),
+    (["--env-backend", "envpool", "--env-threads", "0"], []),  # told otherwise
+    (["--env-threads=2", "--env-backend", "envpool"], []),
+    (["--env-backend", "gymnasium"], []),  # no EnvPool threads to share out
+    (["--total-timesteps", "2048"], []),
+])
+def test_runner_gives_each_envpool_run_one_thread_unless_told(flags, threads):
+    assert runner.one_env_thread(flags) == flags + threads
+
+
+@pytest.mark.skipif(importlib.util.find_spec("envpool") is None, reason="needs envpool==1.2.5")
+def test_an_envpool_run_of_the_runner_records_its_one_thread(tmp_path):
+    output, _ = tool("run.py", "--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--seeds", "1", "--out", "out",
+                     "--env-backend", "envpool", *TINY, cwd=tmp_path).communicate(timeout=120)
+    checkpoint, = glob.glob(str(tmp_path / "out" / "ppo_discrete__CartPole-v1__1" / "runs" / "*" / "checkpoint.pt"))
+    assert torch.load(checkpoint, weights_only=True)["args"]["env_threads"] == 1, output
 
 
 def test_runner_records_non_finite_returns_as_failed(tmp_path):
