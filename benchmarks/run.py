@@ -101,7 +101,7 @@ def planned_runs(cli, script_flags):
 
 
 def one_env_thread(flags):
-    """Runs share the cores: an EnvPool run gets one stepping thread (--env-threads 1) unless the flags name its threads."""
+    """The runs share the cores: an EnvPool run gets --env-threads 1 unless the flags name its threads."""
     words = [word.replace("_", "-") for word in flags]
     envpool = "--env-backend=envpool" in words or ("--env-backend", "envpool") in zip(words, words[1:])
     told = any(word.split("=")[0] == "--env-threads" for word in words)
