@@ -8,6 +8,7 @@ The random-policy returns were measured here with (100 episodes, seed 0):
     python benchmarks/common.py CartPole-v1 Acrobot-v1 LunarLander-v3 Pendulum-v1 HalfCheetah-v5 Hopper-v5 Walker2d-v5 Humanoid-v5 Ant-v5
 """
 
+import contextlib
 import ctypes
 import glob
 import os
@@ -100,8 +101,24 @@ def script_environment():
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.getcwd(), os.environ.get("PYTHONPATH")]))}
 
 
+STOPS = {signal.SIGINT, signal.SIGTERM}
+
+
+@contextlib.contextmanager
+def stops_held():
+    """Hold Ctrl-C and SIGTERM while a child is started: one that lands during the fork raises in fork's own hooks,
+    where Python prints it and drops it, and the tool would go on as if never stopped. Held, it comes on leaving."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
+
+
 def stop_with_parent():
-    """For subprocess.Popen(preexec_fn=...): Linux sends the child SIGTERM when its parent dies, even by SIGKILL."""
+    """For subprocess.Popen(preexec_fn=...): Linux sends the child SIGTERM when its parent dies, even by SIGKILL.
+    The child takes Ctrl-C and SIGTERM again (its parent held them for the fork: stops_held)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)
     if sys.platform.startswith("linux"):
         PR_SET_PDEATHSIG = 1
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)

@@ -39,7 +39,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (ROOT, RunNotReadable, last_log_line, raise_keyboard_interrupt, read_run,  # noqa: E402
-                    script_environment, stop_with_parent)
+                    script_environment, stop_with_parent, stops_held)
 
 PROGRESS_LINE = re.compile(r"([\d,]+)/([\d,]+) steps")
 SLURM_WARNING = 120  # seconds before a task's time limit at which SLURM signals it (USR1) to save and queue again
@@ -126,7 +126,8 @@ def start(run, new_session=True):
     if finished_step(run["folder"]) is not None:
         # it finished but has no result.json (damaged, or its process was stopped while it exited; a task requeued after
         # the end): no work, a process that ends at once lets finish() read its logs and checkpoint
-        run["process"] = subprocess.Popen([sys.executable, "-c", ""])
+        with stops_held():
+            run["process"] = subprocess.Popen([sys.executable, "-c", ""], preexec_fn=stop_with_parent)
         return
     if checkpoints:  # an interrupted run continues from its last checkpoint
         command += ["--resume", os.path.abspath(checkpoints[0])]  # the run works in its own folder
@@ -135,10 +136,10 @@ def start(run, new_session=True):
     log = open(log_path, "a")
     log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')}: {' '.join(command)}\n")
     log.flush()
-    run["process"] = subprocess.Popen(command, cwd=run["folder"], stdout=log, stderr=subprocess.STDOUT, env=script_environment(),
-                                      start_new_session=new_session,  # the runner alone decides when its runs stop
-                                      preexec_fn=stop_with_parent)
-    log.close()
+    with log, stops_held():  # a Ctrl-C during the fork comes once the run has its process, which it then stops
+        run["process"] = subprocess.Popen(command, cwd=run["folder"], stdout=log, stderr=subprocess.STDOUT,
+                                          env=script_environment(), preexec_fn=stop_with_parent,
+                                          start_new_session=new_session)  # the runner alone decides when its runs stop
 
 
 def account_time(run):

@@ -35,7 +35,7 @@ from optuna.trial import TrialState
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import (ROOT, SCORE_RANGES, RunNotReadable, last_log_line, normalized_score, raise_keyboard_interrupt,  # noqa: E402
-                    read_run, script_environment, stop_with_parent)
+                    read_run, script_environment, stop_with_parent, stops_held)
 
 
 # Each setting the sweep searches: how a trial samples it. A flag given on the command line fixes its setting
@@ -121,9 +121,16 @@ def run_once(trial, params, env_id, seed, cli, script_flags):
     if cli.total_timesteps:
         command += ["--total-timesteps", str(cli.total_timesteps)]
     log_path = os.path.join(folder, "log.txt")
-    with open(log_path, "w") as log:
-        returncode = subprocess.run(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=script_environment(),
-                                    start_new_session=True, preexec_fn=stop_with_parent).returncode
+    child = None
+    try:
+        with open(log_path, "w") as log, stops_held():  # a Ctrl-C during the fork comes once the child exists
+            child = subprocess.Popen(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT, env=script_environment(),
+                                     start_new_session=True, preexec_fn=stop_with_parent)
+        returncode = child.wait()
+    finally:
+        if child is not None and child.poll() is None:  # interrupted: the run ends with its trial
+            child.kill()
+            child.wait()
     if returncode != 0:
         raise TrialFailed(f"{env_id} seed {seed}: exit code {returncode}: {last_log_line(log_path)} (log: {log_path})")
     try:

@@ -333,6 +333,23 @@ def test_sweep_interrupted_queues_its_trial_again_and_the_next_start_runs_it(tmp
     assert rerun.state == TrialState.COMPLETE and rerun.params == interrupted.params
 
 
+def test_a_stop_that_lands_while_a_tool_starts_a_run_is_held_not_lost():
+    """Python drops a KeyboardInterrupt raised in fork's hooks, so the tools hold Ctrl-C and SIGTERM while a child
+    starts (the sweep test above once lost its Ctrl-C so); the child takes both again."""
+    previous, reached = signal.signal(signal.SIGINT, signal.default_int_handler), False
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with common.stops_held():
+                os.kill(os.getpid(), signal.SIGINT)  # as if it landed during the fork
+                child = subprocess.Popen([sys.executable, "-c", "print(open('/proc/self/status').read())"],
+                                         stdout=subprocess.PIPE, text=True, preexec_fn=common.stop_with_parent)
+                reached = True
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    blocked = int(re.search(r"SigBlk:\s*([0-9a-f]+)", child.communicate(timeout=60)[0]).group(1), 16)
+    assert reached and not blocked & (1 << signal.SIGINT - 1 | 1 << signal.SIGTERM - 1), hex(blocked)
+
+
 def test_sweep_prunes_a_trial_that_trails_the_earlier_ones(tmp_path):
     storage = str(tmp_path / "study.journal")
     study = optuna.create_study(study_name="s", direction="maximize", storage=optuna.storages.JournalStorage(
