@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -340,14 +341,15 @@ def test_a_stop_that_lands_while_a_tool_starts_a_run_is_held_not_lost():
     try:
         with pytest.raises(KeyboardInterrupt):
             with common.stops_held():
-                os.kill(os.getpid(), signal.SIGINT)  # as if it landed during the fork
+                signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # as if it landed during the fork
                 child = subprocess.Popen([sys.executable, "-c", "print(open('/proc/self/status').read())"],
                                          stdout=subprocess.PIPE, text=True, preexec_fn=common.stop_with_parent)
                 reached = True
     finally:
         signal.signal(signal.SIGINT, previous)
+    assert reached, "the stop was not held while the child started"
     blocked = int(re.search(r"SigBlk:\s*([0-9a-f]+)", child.communicate(timeout=60)[0]).group(1), 16)
-    assert reached and not blocked & (1 << signal.SIGINT - 1 | 1 << signal.SIGTERM - 1), hex(blocked)
+    assert not blocked & (1 << signal.SIGINT - 1 | 1 << signal.SIGTERM - 1), hex(blocked)
 
 
 def test_sweep_prunes_a_trial_that_trails_the_earlier_ones(tmp_path):
