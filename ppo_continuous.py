@@ -140,8 +140,6 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
             env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
         else:
             env = gym.make(env_id, **env_kwargs)
-        if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
-            env = gym.wrappers.FlattenObservation(env)  # images, Dict and Tuple observations become one vector
         return env
 
     return thunk
@@ -154,14 +152,24 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None):
         os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # else pygame says XDG_RUNTIME_DIR is invalid
     # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP, as EnvPool's
     if args.env_backend == "envpool":  # its threads step the sub-envs; seeded when made (its reset ignores a seed)
+        import envpool  # the optional engine: pip install envpool==1.2.5
+
         warnings.filterwarnings("ignore", "EnvPool seeds are fixed|.*precision lowered by casting")  # its own notes
         threads = min(args.env_threads or len(os.sched_getaffinity(0)), num_envs)
-        envs = __import__("envpool").make_gymnasium(args.env_id, num_envs=num_envs, seed=seed, num_threads=threads)
+        envs = envpool.make_gymnasium(args.env_id, num_envs=num_envs, seed=seed, num_threads=threads)
+        envs = gym.vector.VectorWrapper(envs)  # EnvPool names the single space where gymnasium names the batched one
+        envs.observation_space = gym.vector.utils.batch_space(envs.single_observation_space, num_envs)
     else:
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
                                                   video_folder, film_first) for i in range(num_envs)])
+    if not is_vector(envs.single_observation_space):  # Dict (DMC's position, velocity, ...), Tuple, Discrete, images:
+        envs = gym.wrappers.vector.FlattenObservation(envs)  # one vector, in the space's key order; Discrete one-hot
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns
     return CheckedEnvs(envs)  # run safety (below): the env's exceptions and non-finite numbers get one line
+
+
+def is_vector(space):
+    return isinstance(space, gym.spaces.Box) and len(space.shape) == 1
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -496,24 +504,33 @@ def check_env(args, env_kwargs):
     if args.env_backend == "envpool":  # what EnvPool cannot do gets one line naming the flag to drop
         if not importlib.util.find_spec("envpool"):
             fail("--env-backend envpool needs EnvPool: pip install envpool==1.2.5")
-        cannot = [f"--env-id {args.env_id}"] * (args.env_id not in importlib.import_module("envpool").list_all_envs())
-        for flag in cannot + ["--env-kwargs"] * bool(env_kwargs) + ["--capture-video"] * args.capture_video:
-            fail(f"EnvPool cannot take {flag}: drop it, or use --env-backend gymnasium")
+        if not envpool_has(args.env_id):
+            fail(f"EnvPool cannot take --env-id {args.env_id}: drop it, or use --env-backend gymnasium")
+        if env_kwargs:
+            fail("EnvPool cannot take --env-kwargs: drop it, or use --env-backend gymnasium")
+        if args.capture_video:
+            fail("EnvPool cannot take --capture-video: drop it, or use --env-backend gymnasium")
     try:
-        rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
-        env = make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None)()
+        if args.env_backend == "envpool":  # the engine's own spaces: EnvPool has ids that gymnasium does not know
+            env = make_envs(args, 1, None, args.seed).unwrapped  # unwrapped: the spaces before they are flattened
+            actions, observations = env.single_action_space, env.single_observation_space
+        else:
+            rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
+            env = make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None)()
+            actions, observations = env.action_space, env.observation_space
     except Exception as e:  # an unknown id, arguments the env does not take, a simulator or renderer that does not load
         kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
         bad_input = isinstance(e, (gym.error.Error, TypeError, ValueError))  # else the env's own code failed
         module = args.env_id.split(":")[0] if ":" in args.env_id else None
         hint = (f"; is {module}.py in {os.path.dirname(os.path.abspath(__file__))} or on PYTHONPATH?"
                 if f"No module named '{module}'" in str(e) else
+                "; it is one of EnvPool's envs: add --env-backend envpool"
+                if isinstance(e, gym.error.NameNotFound) and envpool_has(args.env_id) else
                 "; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
                 if isinstance(e, gym.error.NameNotFound) and not module else
                 f"; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
                 if "MUJOCO_GL" in os.environ and not bad_input else "")
         fail(f"cannot make env '{args.env_id}'{kwargs}: {type(e).__name__}: {first_line(e)}{hint}")
-    actions, observations = env.action_space, env.observation_space
     with contextlib.suppress(Exception):  # a close() that fails is said when training's envs close, after the run
         env.close()
     if not isinstance(actions, gym.spaces.Box):
@@ -524,9 +541,25 @@ def check_env(args, env_kwargs):
     if int(getattr(actions, "start", 0)) != 0 or not np.issubdtype(actions.dtype, np.floating):
         fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: it sends "
              "Discrete actions from 0 and float Box actions (map them in a wrapper, e.g. gym.wrappers.TransformAction)")
-    if not isinstance(observations, gym.spaces.Box):
+    if not observations.is_np_flattenable:
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
              f"{SCRIPT} needs one that flattens into a vector")
+    if images := pictures(observations):
+        fail(f"{args.env_id} observes images ({images[0]}); {SCRIPT}'s networks take vectors: none for images yet")
+
+
+def envpool_has(env_id):
+    """Whether EnvPool, if installed, knows this env id."""
+    return importlib.util.find_spec("envpool") is not None and env_id in importlib.import_module("envpool").list_all_envs()
+
+
+def pictures(space):
+    """The images in an observation space: uint8 Boxes of three dimensions (Atari, VizDoom, CarRacing, MiniGrid)."""
+    if isinstance(space, gym.spaces.Dict):
+        return [image for subspace in space.values() for image in pictures(subspace)]
+    if isinstance(space, gym.spaces.Tuple):
+        return [image for subspace in space for image in pictures(subspace)]
+    return [space] if isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8 else []
 
 
 def load_checkpoint(path):
