@@ -137,10 +137,8 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
             env = gym.make(env_id, render_mode="rgb_array", **env_kwargs)
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
             trigger = (lambda episode: episode < film_first) if film_first else None
-            env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
-        else:
-            env = gym.make(env_id, **env_kwargs)
-        return env
+            return gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
+        return gym.make(env_id, **env_kwargs)
 
     return thunk
 
@@ -153,7 +151,6 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None):
     # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP, as EnvPool's
     if args.env_backend == "envpool":  # its threads step the sub-envs; seeded when made (its reset ignores a seed)
         import envpool  # the optional engine: pip install envpool==1.2.5
-
         warnings.filterwarnings("ignore", "EnvPool seeds are fixed|.*precision lowered by casting")  # its own notes
         threads = min(args.env_threads or len(os.sched_getaffinity(0)), num_envs)
         envs = envpool.make_gymnasium(args.env_id, num_envs=num_envs, seed=seed, num_threads=threads)
@@ -162,14 +159,11 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None):
     else:
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
                                                   video_folder, film_first) for i in range(num_envs)])
-    if not is_vector(envs.single_observation_space):  # Dict (DMC's position, velocity, ...), Tuple, Discrete, images:
-        envs = gym.wrappers.vector.FlattenObservation(envs)  # one vector, in the space's key order; Discrete one-hot
+    space = envs.single_observation_space  # Dict (DMC's position, velocity, ...) and Tuple: one vector, in key order
+    if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+        envs = gym.wrappers.vector.FlattenObservation(envs)  # Discrete: one-hot
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns
     return CheckedEnvs(envs)  # run safety (below): the env's exceptions and non-finite numbers get one line
-
-
-def is_vector(space):
-    return isinstance(space, gym.spaces.Box) and len(space.shape) == 1
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -444,7 +438,8 @@ def train(args, checkpoint=None):
 
 SCRIPT = os.path.basename(__file__)  # recorded in every checkpoint: a copy of this file is a script of its own
 # Ctrl-C, kill, a closed terminal, Ctrl-\, a scheduler's warning or CPU limit: each finishes the iteration and saves
-STOP_SIGNALS = tuple(getattr(signal, f"SIG{name}") for name in ("INT", "TERM", "HUP", "QUIT", "USR1", "USR2", "XCPU"))
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                signal.SIGXCPU)
 # A checkpoint holds one state_dict per entry of train()'s `state`, and these fields; nothing else is read from it.
 CHECKPOINT_SCHEMA = {"global_step": int, "iteration": int, "args": dict, "run_name": str, "rng_state": torch.Tensor}
 
@@ -513,11 +508,9 @@ def check_env(args, env_kwargs):
     try:
         if args.env_backend == "envpool":  # the engine's own spaces: EnvPool has ids that gymnasium does not know
             env = make_envs(args, 1, None, args.seed).unwrapped  # unwrapped: the spaces before they are flattened
-            actions, observations = env.single_action_space, env.single_observation_space
         else:
             rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
-            env = make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None)()
-            actions, observations = env.action_space, env.observation_space
+            env = gym.vector.SyncVectorEnv([make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None)])
     except Exception as e:  # an unknown id, arguments the env does not take, a simulator or renderer that does not load
         kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
         bad_input = isinstance(e, (gym.error.Error, TypeError, ValueError))  # else the env's own code failed
@@ -531,6 +524,7 @@ def check_env(args, env_kwargs):
                 f"; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
                 if "MUJOCO_GL" in os.environ and not bad_input else "")
         fail(f"cannot make env '{args.env_id}'{kwargs}: {type(e).__name__}: {first_line(e)}{hint}")
+    actions, observations = env.single_action_space, env.single_observation_space
     with contextlib.suppress(Exception):  # a close() that fails is said when training's envs close, after the run
         env.close()
     if not isinstance(actions, gym.spaces.Box):
@@ -544,22 +538,14 @@ def check_env(args, env_kwargs):
     if not observations.is_np_flattenable:
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
              f"{SCRIPT} needs one that flattens into a vector")
-    if images := pictures(observations):
-        fail(f"{args.env_id} observes images ({images[0]}); {SCRIPT}'s networks take vectors: none for images yet")
+    for part in observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]:
+        if isinstance(part, gym.spaces.Box) and len(part.shape) == 3 and part.dtype == np.uint8:  # an image
+            fail(f"{args.env_id} observes images ({part}); {SCRIPT}'s networks take vectors: none for images yet")
 
 
 def envpool_has(env_id):
-    """Whether EnvPool, if installed, knows this env id."""
-    return importlib.util.find_spec("envpool") is not None and env_id in importlib.import_module("envpool").list_all_envs()
-
-
-def pictures(space):
-    """The images in an observation space: uint8 Boxes of three dimensions (Atari, VizDoom, CarRacing, MiniGrid)."""
-    if isinstance(space, gym.spaces.Dict):
-        return [image for subspace in space.values() for image in pictures(subspace)]
-    if isinstance(space, gym.spaces.Tuple):
-        return [image for subspace in space for image in pictures(subspace)]
-    return [space] if isinstance(space, gym.spaces.Box) and len(space.shape) == 3 and space.dtype == np.uint8 else []
+    installed = importlib.util.find_spec("envpool") is not None
+    return installed and env_id in importlib.import_module("envpool").list_all_envs()
 
 
 def load_checkpoint(path):
@@ -638,24 +624,24 @@ class CheckedEnvs(gym.vector.VectorWrapper):
     """The env's exceptions become EnvError; non-finite observations or rewards, FloatingPointError."""
 
     def reset(self, **kwargs):
-        return self.checked(self.env.reset, **kwargs)
+        return self.checked(self.env.reset, ("observation",), **kwargs)
 
     def step(self, actions):
-        return self.checked(self.env.step, actions)
+        return self.checked(self.env.step, ("observation", "reward"), actions)
 
     def close(self, **kwargs):
-        return self.checked(self.env.close, **kwargs)
+        return self.checked(self.env.close, (), **kwargs)
 
-    def checked(self, call, *args, **kwargs):
+    def checked(self, call, finite, *args, **kwargs):
         try:
             result = call(*args, **kwargs)
         except KeyboardInterrupt:  # a second stop signal: the script's, not the env's
             raise
         except BaseException as e:  # SystemExit too: some simulator bindings call sys.exit() when they lose their link
-            where = " while closing" * (call == self.env.close)
+            where = " while closing" if call == self.env.close else ""
             raise EnvError(f"raised {type(e).__name__}: {first_line(e)}{where}") from e
-        for name, value in zip(("observation", "reward"), (result or ())[:2 if len(result or ()) == 5 else 1]):
-            if not np.isfinite(value).all():
+        for index, name in enumerate(finite):
+            if not np.isfinite(result[index]).all():
                 raise FloatingPointError(name)
         return result
 

@@ -3,10 +3,9 @@
     python ppo_discrete.py --env-id CartPole-v1
     tensorboard --logdir runs
 
-PPO in the order the data flows: arguments, environments, agent, GAE, loss, and train() with the
-rollout, GAE and update as visible loops. "detail N" names the implementation details of "The 37
-Implementation Details of PPO" (Huang et al., 2022). Gymnasium 1.x vector envs autoreset NEXT_STEP;
-the rows that autoreset makes are dropped from the update.
+PPO in the order the data flows: arguments, environments, agent, GAE, loss, and train() with the rollout, GAE and update
+as visible loops. "detail N" names the implementation details of "The 37 Implementation Details of PPO" (Huang et al.,
+2022). Gymnasium 1.x vector envs autoreset NEXT_STEP; the rows that autoreset makes are dropped from the update.
 Below the "Run safety" banner: checks, checkpoints, run folder, faults, progress, evaluation.
 """
 
@@ -131,12 +130,8 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
             env = gym.make(env_id, render_mode="rgb_array", **env_kwargs)
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
             trigger = (lambda episode: episode < film_first) if film_first else None
-            env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
-        else:
-            env = gym.make(env_id, **env_kwargs)
-        if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
-            env = gym.wrappers.FlattenObservation(env)  # Discrete observations become one-hot vectors
-        return env
+            return gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
+        return gym.make(env_id, **env_kwargs)
 
     return thunk
 
@@ -146,12 +141,18 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None):
         os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # else pygame says XDG_RUNTIME_DIR is invalid
     # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP, as EnvPool's
     if args.env_backend == "envpool":  # its threads step the sub-envs; seeded when made (its reset ignores a seed)
+        import envpool  # the optional engine: pip install envpool==1.2.5
         warnings.filterwarnings("ignore", "EnvPool seeds are fixed|.*precision lowered by casting")  # its own notes
         threads = min(args.env_threads or len(os.sched_getaffinity(0)), num_envs)
-        envs = __import__("envpool").make_gymnasium(args.env_id, num_envs=num_envs, seed=seed, num_threads=threads)
+        envs = envpool.make_gymnasium(args.env_id, num_envs=num_envs, seed=seed, num_threads=threads)
+        envs = gym.vector.VectorWrapper(envs)  # EnvPool names the single space where gymnasium names the batched one
+        envs.observation_space = gym.vector.utils.batch_space(envs.single_observation_space, num_envs)
     else:
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
                                                   video_folder, film_first) for i in range(num_envs)])
+    space = envs.single_observation_space  # Dict and Tuple observations: one vector, in key order
+    if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+        envs = gym.wrappers.vector.FlattenObservation(envs)  # Discrete (FrozenLake-v1): one-hot
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns
     return CheckedEnvs(envs)  # run safety (below): the env's exceptions and non-finite numbers get one line
 
@@ -355,7 +356,8 @@ def train(args, checkpoint=None):
 
 SCRIPT = os.path.basename(__file__)  # recorded in every checkpoint: a copy of this file is a script of its own
 # Ctrl-C, kill, a closed terminal, Ctrl-\, a scheduler's warning or CPU limit: each finishes the iteration and saves
-STOP_SIGNALS = tuple(getattr(signal, f"SIG{name}") for name in ("INT", "TERM", "HUP", "QUIT", "USR1", "USR2", "XCPU"))
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                signal.SIGXCPU)
 # A checkpoint holds one state_dict per entry of train()'s `state`, and these fields; nothing else is read from it.
 CHECKPOINT_SCHEMA = {"global_step": int, "iteration": int, "args": dict, "run_name": str, "rng_state": torch.Tensor}
 
@@ -415,35 +417,53 @@ def check_env(args, env_kwargs):
     if args.env_backend == "envpool":  # what EnvPool cannot do gets one line naming the flag to drop
         if not importlib.util.find_spec("envpool"):
             fail("--env-backend envpool needs EnvPool: pip install envpool==1.2.5")
-        cannot = [f"--env-id {args.env_id}"] * (args.env_id not in importlib.import_module("envpool").list_all_envs())
-        for flag in cannot + ["--env-kwargs"] * bool(env_kwargs) + ["--capture-video"] * args.capture_video:
-            fail(f"EnvPool cannot take {flag}: drop it, or use --env-backend gymnasium")
+        if not envpool_has(args.env_id):
+            fail(f"EnvPool cannot take --env-id {args.env_id}: drop it, or use --env-backend gymnasium")
+        if env_kwargs:
+            fail("EnvPool cannot take --env-kwargs: drop it, or use --env-backend gymnasium")
+        if args.capture_video:
+            fail("EnvPool cannot take --capture-video: drop it, or use --env-backend gymnasium")
     try:
-        rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
-        env = make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None)()
+        if args.env_backend == "envpool":  # the engine's own spaces: EnvPool has ids that gymnasium does not know
+            env = make_envs(args, 1, None, args.seed).unwrapped  # unwrapped: the spaces before they are flattened
+        else:
+            rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
+            env = gym.vector.SyncVectorEnv([make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None)])
     except Exception as e:  # an unknown id, arguments the env does not take, a simulator or renderer that does not load
         kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
         bad_input = isinstance(e, (gym.error.Error, TypeError, ValueError))  # else the env's own code failed
         module = args.env_id.split(":")[0] if ":" in args.env_id else None
         hint = (f"; is {module}.py in {os.path.dirname(os.path.abspath(__file__))} or on PYTHONPATH?"
                 if f"No module named '{module}'" in str(e) else
+                "; it is one of EnvPool's envs: add --env-backend envpool"
+                if isinstance(e, gym.error.NameNotFound) and envpool_has(args.env_id) else
                 "; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
                 if isinstance(e, gym.error.NameNotFound) and not module else
                 f"; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
                 if "MUJOCO_GL" in os.environ and not bad_input else "")
         fail(f"cannot make env '{args.env_id}'{kwargs}: {type(e).__name__}: {first_line(e)}{hint}")
-    actions, observations = env.action_space, env.observation_space
+    actions, observations = env.single_action_space, env.single_observation_space
     with contextlib.suppress(Exception):  # a close() that fails is said when training's envs close, after the run
         env.close()
+    if args.env_backend == "envpool" and env.config["max_num_players"] > 1:  # board games, multi-agent driving
+        fail(f"{args.env_id} is a game of several players; {SCRIPT} trains one agent")
     if not isinstance(actions, gym.spaces.Discrete):
         fail(f"{args.env_id} has a {type(actions).__name__} action space; {SCRIPT} needs Discrete "
              "(use ppo_continuous.py)")
     if int(getattr(actions, "start", 0)) != 0 or not np.issubdtype(actions.dtype, np.integer):
         fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: it sends "
              "Discrete actions from 0 and float Box actions (map them in a wrapper, e.g. gym.wrappers.TransformAction)")
-    if not isinstance(observations, gym.spaces.Box):
+    if not observations.is_np_flattenable:
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
              f"{SCRIPT} needs one that flattens into a vector")
+    for part in observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]:
+        if isinstance(part, gym.spaces.Box) and len(part.shape) == 3 and part.dtype == np.uint8:  # an image
+            fail(f"{args.env_id} observes images ({part}); {SCRIPT}'s networks take vectors: none for images yet")
+
+
+def envpool_has(env_id):
+    installed = importlib.util.find_spec("envpool") is not None
+    return installed and env_id in importlib.import_module("envpool").list_all_envs()
 
 
 def load_checkpoint(path):
@@ -522,32 +542,31 @@ class CheckedEnvs(gym.vector.VectorWrapper):
     """The env's exceptions become EnvError; non-finite observations or rewards, FloatingPointError."""
 
     def reset(self, **kwargs):
-        return self.checked(self.env.reset, **kwargs)
+        return self.checked(self.env.reset, ("observation",), **kwargs)
 
     def step(self, actions):
-        return self.checked(self.env.step, actions)
+        return self.checked(self.env.step, ("observation", "reward"), actions)
 
     def close(self, **kwargs):
-        return self.checked(self.env.close, **kwargs)
+        return self.checked(self.env.close, (), **kwargs)
 
-    def checked(self, call, *args, **kwargs):
+    def checked(self, call, finite, *args, **kwargs):
         try:
             result = call(*args, **kwargs)
         except KeyboardInterrupt:  # a second stop signal: the script's, not the env's
             raise
         except BaseException as e:  # SystemExit too: some simulator bindings call sys.exit() when they lose their link
-            where = " while closing" * (call == self.env.close)
+            where = " while closing" if call == self.env.close else ""
             raise EnvError(f"raised {type(e).__name__}: {first_line(e)}{where}") from e
-        for name, value in zip(("observation", "reward"), (result or ())[:2 if len(result or ()) == 5 else 1]):
-            if not np.isfinite(value).all():
+        for index, name in enumerate(finite):
+            if not np.isfinite(result[index]).all():
                 raise FloatingPointError(name)
         return result
 
 
 class Run:
-    """One start of a run: its folder (locked), TensorBoard writer, progress, checkpoints, signals, and the one
-    fault rule: whatever stops the run keeps the state of its last complete iteration, saved iff one completed
-    in this start, and one line says what happened."""
+    """One start of a run: its folder (locked), TensorBoard, progress, checkpoints, signals, and the fault rule:
+    whatever stops the run keeps its last complete iteration (saved iff one completed in this start); one line says."""
 
     def __init__(self, args, checkpoint):
         self.args, self.checkpoint, batch = args, checkpoint, args.num_envs * args.num_steps

@@ -144,7 +144,8 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
         else:
             env = gym.make(env_id, **env_kwargs)
         if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
-            env = gym.wrappers.FlattenObservation(env)  # Discrete observations become one-hot vectors
+            # Dict and Tuple: one vector, in key order; Discrete: one-hot. Per sub-env: gymnasium's vector
+            env = gym.wrappers.FlattenObservation(env)  # FlattenObservation refuses SAME_STEP autoreset
         # per sub-env statistics: under SAME_STEP they arrive in infos["final_info"]["episode"] (raw returns)
         return gym.wrappers.RecordEpisodeStatistics(env)
 
@@ -442,7 +443,8 @@ def train(args, checkpoint=None):
 
 SCRIPT = os.path.basename(__file__)  # recorded in every checkpoint: a copy of this file is a script of its own
 # Ctrl-C, kill, a closed terminal, Ctrl-\, a scheduler's warning or CPU limit: each finishes the iteration and saves
-STOP_SIGNALS = tuple(getattr(signal, f"SIG{name}") for name in ("INT", "TERM", "HUP", "QUIT", "USR1", "USR2", "XCPU"))
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                signal.SIGXCPU)
 # A checkpoint holds one state_dict per entry of train()'s `state`, and these fields; nothing else is read from it.
 CHECKPOINT_SCHEMA = {"global_step": int, "iteration": int, "args": dict, "run_name": str, "rng_state": torch.Tensor}
 
@@ -509,12 +511,14 @@ def check_env(args, env_kwargs):
         module = args.env_id.split(":")[0] if ":" in args.env_id else None
         hint = (f"; is {module}.py in {os.path.dirname(os.path.abspath(__file__))} or on PYTHONPATH?"
                 if f"No module named '{module}'" in str(e) else
+                "; it is EnvPool's: ppo_continuous.py and ppo_discrete.py train it with --env-backend envpool"
+                if isinstance(e, gym.error.NameNotFound) and envpool_has(args.env_id) else
                 "; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
                 if isinstance(e, gym.error.NameNotFound) and not module else
                 f"; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
                 if "MUJOCO_GL" in os.environ and not bad_input else "")
         fail(f"cannot make env '{args.env_id}'{kwargs}: {type(e).__name__}: {first_line(e)}{hint}")
-    actions, observations = env.action_space, env.observation_space
+    actions, observations = env.action_space, env.unwrapped.observation_space  # before make_env flattens it
     with contextlib.suppress(Exception):  # a close() that fails is said when training's envs close, after the run
         env.close()
     if not isinstance(actions, (gym.spaces.Discrete, gym.spaces.Box)):
@@ -526,9 +530,17 @@ def check_env(args, env_kwargs):
     if int(getattr(actions, "start", 0)) != 0 or not np.issubdtype(actions.dtype, kind):
         fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: it sends "
              "Discrete actions from 0 and float Box actions (map them in a wrapper, e.g. gym.wrappers.TransformAction)")
-    if not isinstance(observations, gym.spaces.Box):
+    if not observations.is_np_flattenable:
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
              f"{SCRIPT} needs one that flattens into a vector")
+    for part in observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]:
+        if isinstance(part, gym.spaces.Box) and len(part.shape) == 3 and part.dtype == np.uint8:  # an image
+            fail(f"{args.env_id} observes images ({part}); {SCRIPT}'s networks take vectors: none for images yet")
+
+
+def envpool_has(env_id):
+    installed = importlib.util.find_spec("envpool") is not None
+    return installed and env_id in importlib.import_module("envpool").list_all_envs()
 
 
 def load_checkpoint(path):
