@@ -102,6 +102,8 @@ class SpacesEnv(gym.Env):
 
 
 BOX2 = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+IMAGE = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)  # what the scripts refuse: their networks take vectors
+KEY_ORDER = gym.spaces.Dict([("position", BOX2), ("mode", gym.spaces.Discrete(3))])  # pairs: kept in this order
 for name, observations, actions in (
     ("DictObservations", gym.spaces.Dict({"position": BOX2, "mode": gym.spaces.Discrete(3)}), BOX2),
     ("TupleObservations", gym.spaces.Tuple((BOX2, gym.spaces.Discrete(3))), BOX2),
@@ -111,6 +113,12 @@ for name, observations, actions in (
     ("SequenceObservations", gym.spaces.Sequence(BOX2), gym.spaces.Discrete(2)),  # cannot be flattened into one vector
     ("SequenceObservationsBox", gym.spaces.Sequence(BOX2), BOX2),
     ("DiscreteFromOne", BOX2, gym.spaces.Discrete(3, start=1)),  # actions the scripts do not send
+    ("KeyOrder", KEY_ORDER, gym.spaces.Discrete(2)),
+    ("KeyOrderBox", KEY_ORDER, BOX2),
+    ("ImageObservations", IMAGE, gym.spaces.Discrete(2)),
+    ("ImageObservationsBox", IMAGE, BOX2),
+    ("DictImageObservations", gym.spaces.Dict({"position": BOX2, "camera": IMAGE}), gym.spaces.Discrete(2)),
+    ("DictImageObservationsBox", gym.spaces.Dict({"position": BOX2, "camera": IMAGE}), BOX2),
     ("DiscreteFromOneBox", BOX2, gym.spaces.Box(-2, 2, (2,), np.int64)),
 ):
     gym.register(f"test/{name}-v0", entry_point=SpacesEnv, kwargs={"observation_space": observations, "action_space": actions})

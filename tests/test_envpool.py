@@ -3,6 +3,7 @@ envs skip themselves where it is not installed (.ci/run installs it: pip install
 
 import importlib.util
 import json
+import re
 import sys
 
 import numpy as np
@@ -12,6 +13,7 @@ from conftest import short_args
 
 import ppo_continuous
 import ppo_discrete
+import ppo_vector_sameStep
 
 needs_envpool = pytest.mark.skipif(importlib.util.find_spec("envpool") is None, reason="needs envpool==1.2.5")
 
@@ -111,3 +113,73 @@ def test_envpool_refuses_what_it_cannot_do_naming_the_flag(ppo, flags, refused):
     args = short_args(ppo, env_backend="envpool", **flags)
     with pytest.raises(SystemExit, match=f"^error: EnvPool cannot take {refused}: drop it, or use --env-backend gymnasium$"):
         ppo.check_env(args, json.loads(args.env_kwargs))
+
+
+@needs_envpool
+@pytest.mark.parametrize("ppo, env_id, keys", [(ppo_continuous, "CheetahRun-v1", ("position", "velocity")),
+                                               (ppo_discrete, "Game2048-v1", ("board", "action_mask"))],
+                         ids=["ppo_continuous", "ppo_discrete"])
+def test_envpool_dict_observations_are_one_vector_in_key_order_through_training_resume_and_evaluation(
+        ppo, env_id, keys, in_tmp, monkeypatch):
+    """Ids that only EnvPool has train from the engine's spaces: its Dict observations (DMC's position and velocity;
+    Jumanji's board and action mask, not in the names' order) become one vector, entry by entry in the space's order."""
+    import envpool
+
+    args = short_args(ppo, env_id=env_id, env_backend="envpool", env_threads=1)
+    envs = ppo.make_envs(args, 2, None, 3)
+    raw = envpool.make_gymnasium(env_id, num_envs=2, seed=3, num_threads=1)
+    assert tuple(raw.single_observation_space.keys()) == keys
+    actions = np.stack([envs.single_action_space.sample() for _ in range(2)])
+    for observations, raw_observations in [(envs.reset()[0], raw.reset()[0]), (envs.step(actions)[0], raw.step(actions)[0])]:
+        np.testing.assert_array_equal(observations, np.concatenate([raw_observations[key].reshape(2, -1) for key in keys], 1))
+    envs.close()
+    path = ppo.train(args)
+    monkeypatch.setattr(sys, "argv", ["ppo", "--resume", path, "--total-timesteps", "2048"])
+    ppo.train(*ppo.parse_args())
+    checkpoint = ppo.load_checkpoint(path)
+    assert checkpoint["global_step"] == 2048
+    returns = ppo.evaluate(ppo.Args(**{**checkpoint["args"], "eval_checkpoint": path, "eval_episodes": 2,
+                                       "eval_max_steps": 50}), checkpoint)
+    assert len(returns) == 2
+
+
+@needs_envpool
+def test_envpool_frozenlake_trains_on_one_hot_observations(in_tmp):
+    """EnvPool's FrozenLake-v1 gives the state as an integer (a Discrete space): the scripts see it one-hot."""
+    import envpool
+
+    args = short_args(ppo_discrete, env_id="FrozenLake-v1", env_backend="envpool", env_threads=1)
+    envs = ppo_discrete.make_envs(args, 4, None, 5)
+    raw = envpool.make_gymnasium("FrozenLake-v1", num_envs=4, seed=5, num_threads=1)
+    np.testing.assert_array_equal(envs.reset()[0], np.eye(16)[raw.reset()[0]])
+    for _ in range(20):
+        actions = np.random.default_rng(0).integers(0, 4, 4)
+        np.testing.assert_array_equal(envs.step(actions)[0], np.eye(16)[raw.step(actions)[0]])
+    envs.close()
+    assert ppo_discrete.load_checkpoint(ppo_discrete.train(args))["global_step"] == 1024
+
+
+@needs_envpool
+@pytest.mark.parametrize("ppo, env_id, message", [
+    (ppo_discrete, "Pong-v5", r"Pong-v5 observes images \(Box\(0, 255, \(4, 84, 84\), uint8\)\); ppo_discrete.py's "
+                              r"networks take vectors: none for images yet"),
+    (ppo_discrete, "MiniGrid-Empty-5x5-v0", r"MiniGrid-Empty-5x5-v0 observes images \(Box\(0, 255, \(7, 7, 3\), uint8\)\)"),
+    (ppo_continuous, "CarRacing-v3", r"CarRacing-v3 observes images \(Box\(0, 255, \(96, 96, 3\), uint8\)\)"),
+    (ppo_discrete, "TicTacToe-v1", r"TicTacToe-v1 is a game of several players; ppo_discrete.py trains one agent"),
+    (ppo_discrete, "CheetahRun-v1", r"CheetahRun-v1 has a Box action space; ppo_discrete.py needs Discrete"),
+    (ppo_continuous, "BigfishEasy-v0", r"(cannot make env 'BigfishEasy-v0': ImportError: EnvPool Procgen requires .*|"
+                                       r"BigfishEasy-v0 has a Discrete action space; .*)"),  # with or without Qt 5
+])
+def test_envpool_ids_the_script_cannot_train_get_one_line(ppo, env_id, message):
+    with pytest.raises(SystemExit) as refusal:
+        ppo.check_env(short_args(ppo, env_id=env_id, env_backend="envpool"), {})
+    assert re.match(f"error: {message}", str(refusal.value)) and "\n" not in str(refusal.value), refusal.value
+
+
+@needs_envpool
+@pytest.mark.parametrize("ppo", [ppo_discrete, ppo_continuous, ppo_vector_sameStep], ids=lambda module: module.__name__)
+def test_an_id_only_envpool_has_gets_one_line_naming_the_engine(ppo):
+    with pytest.raises(SystemExit, match=r"^error: cannot make env 'CheetahRun-v1': NameNotFound: .*; it is (one of "
+                                         r"EnvPool's envs: add --env-backend envpool|EnvPool's: ppo_continuous.py and "
+                                         r"ppo_discrete.py train it with --env-backend envpool)$"):
+        ppo.check_env(short_args(ppo, env_id="CheetahRun-v1"), {})

@@ -22,9 +22,10 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+import numpy as np
 import pytest
 import torch
-from conftest import constructed_env_id, short_flags, start, wait_for
+from conftest import constructed_env_id, short_args, short_flags, start, wait_for
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
@@ -181,6 +182,10 @@ FAULTS = [
           r"and float Box actions", ("--env-id", "{env:DiscreteFromOne}")),
     Fault("observations that do not flatten", r"has a Sequence observation space; .* needs one that flattens into a vector",
           ("--env-id", "{env:SequenceObservations}")),
+    Fault("image observations", r"observes images \(Box\(0, 255, \(8, 8, 3\), uint8\)\); {script}'s networks take vectors: "
+          r"none for images yet$", ("--env-id", "{env:ImageObservations}")),
+    Fault("an image among Dict observations", r"observes images \(Box\(0, 255, \(8, 8, 3\), uint8\)\)",
+          ("--env-id", "{env:DictImageObservations}")),
     # bad checkpoints
     Fault("missing checkpoint", r"checkpoint not found: nowhere.pt", checkpoint=("missing",)),
     Fault("empty checkpoint", r"cannot read checkpoint .*empty.pt: .", checkpoint=("empty",)),
@@ -412,6 +417,23 @@ FLATTENED = ["test/DictObservations-v0", "test/TupleObservations-v0", "test/Text
 def test_observations_that_flatten_into_a_vector_train(ppo, env_id, in_tmp, monkeypatch):
     assert run_main(ppo, short_flags(ppo) + ["--env-id", env_id, "--total-timesteps", "512"], monkeypatch) == 0
     assert ppo.load_checkpoint(glob.glob("runs/*/checkpoint.pt")[0])["global_step"] == 512
+
+
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_dict_observations_are_one_vector_in_key_order_through_training_resume_and_evaluation(ppo, in_tmp, monkeypatch):
+    """Dict({"position": Box(2), "mode": Discrete(3)}): the vector is position, then mode one-hot (the space's order,
+    not the names' alphabetical one); a run trains, resumes and evaluates on it."""
+    env_id = constructed_env_id(ppo, "KeyOrder")
+    envs = ppo.make_envs(short_args(ppo, env_id=env_id), 2, None, "sync" if ppo is ppo_vector_sameStep else 1)
+    observations = envs.reset(seed=1)[0]
+    envs.close()
+    assert observations.shape == (2, 5) and np.all(np.abs(observations[:, :2]) <= 1)
+    assert np.all(np.sort(observations[:, 2:], axis=1) == [0, 0, 1])  # the last three: mode, one-hot
+    assert run_main(ppo, short_flags(ppo) + ["--env-id", env_id, "--total-timesteps", "512"], monkeypatch) == 0
+    path = glob.glob("runs/*/checkpoint.pt")[0]
+    assert run_main(ppo, ["--resume", path, "--total-timesteps", "1024", "--env-id", env_id], monkeypatch) == 0
+    assert ppo.load_checkpoint(path)["global_step"] == 1024
+    assert run_main(ppo, ["--eval-checkpoint", path, "--eval-episodes", "2"], monkeypatch) == 0
 
 
 def test_a_run_killed_at_random_moments_always_leaves_a_loadable_checkpoint(tmp_path):
