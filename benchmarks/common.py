@@ -42,6 +42,17 @@ SCORE_RANGES = {
     "Ant-v5": (-48.0, 1327.0),  # rl-baselines3-zoo, 1M steps (CleanRL publishes none)
 }
 
+# The DeepMind Control Suite through EnvPool: CleanRL's PPO and RPO (alpha 0.5), 8M steps, mean of 10 seeds, from
+# its docs/rl-algorithms/rpo.md (Shimmy's dm_control/<domain>-<task>-v0), under EnvPool's ids. A DMC score is the
+# return over RPO's (every DMC reward lies in [0, 1] per step, so 0 is the floor, not a random policy's return).
+CLEANRL_DMC = {  # env id: (PPO at 8M, RPO at 8M)
+    "AcrobotSwingup-v1": (26.87, 42.97), "CartpoleSwingup-v1": (590.21, 613.46), "CheetahRun-v1": (472.14, 565.51),
+    "FingerSpin-v1": (630.06, 848.67), "HopperHop-v1": (6.48, 62.60), "HopperStand-v1": (3.26, 404.39),
+    "HumanoidWalk-v1": (8.92, 77.00), "PendulumSwingup-v1": (472.19, 774.30), "QuadrupedRun-v1": (171.50, 367.98),
+    "ReacherHard-v1": (637.84, 576.81), "WalkerRun-v1": (128.18, 391.56), "WalkerWalk-v1": (305.74, 787.11),
+}
+SCORE_RANGES.update({env_id: (0.0, rpo) for env_id, (_, rpo) in CLEANRL_DMC.items()})
+
 
 class RunNotReadable(Exception):
     pass

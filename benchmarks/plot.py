@@ -9,7 +9,8 @@ Writes three PNGs:
 - curves_time.png: the same against wall-clock time since each run started;
 - aggregate.png: per script, the interquartile mean (IQM) of the normalized final scores over all its
   envs and seeds, with a 95% stratified bootstrap confidence interval (seeds resampled within each env).
-  Normalized: 0 = random policy, 1 = reference return (see benchmarks/common.py); envs without a
+  Normalized: 0 = random policy, 1 = reference return (see benchmarks/common.py; DMC: return / CleanRL's RPO at 8M,
+  whose PPO and RPO also stand as dashed and dotted lines in the DMC panels of the curves); envs without a
   score range are left out of the aggregate (the console says which). When no env has one, aggregate.png
   shows the raw final return of every run instead, one panel per env.
 The TensorBoard event files are read with TensorBoard's own EventAccumulator, the bootstrap is SciPy's.
@@ -29,7 +30,7 @@ import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import SCORE_RANGES, RunNotReadable, normalized_score, read_run  # noqa: E402
+from common import CLEANRL_DMC, SCORE_RANGES, RunNotReadable, normalized_score, read_run  # noqa: E402
 
 SMOOTHING_EPISODES = 10
 GRID_POINTS = 200
@@ -86,6 +87,8 @@ def plot_curves(runs, x_of, x_label, path):
             low, high = confidence_band(curves[:, defined])
             line, = panel.plot(grid[defined], curves[:, defined].mean(axis=0), label=f"{script} ({len(seeds)} seeds)")
             panel.fill_between(grid[defined], low, high, color=line.get_color(), alpha=0.25)
+        for score, style, name in zip(CLEANRL_DMC.get(env_id, ()), ("--", ":"), ("PPO", "RPO")):
+            panel.axhline(score, color="gray", linestyle=style, linewidth=1, label=f"CleanRL {name} at 8M steps")
         panel.set_title(env_id)
         panel.set_xlabel(x_label)
         panel.set_ylabel("episodic return")

@@ -12,6 +12,7 @@ repeat right after the contenders (so it drifts with them), and gives A's speed 
     python benchmarks/speed.py --case humanoid --total-timesteps 100000 --repeats 2 --env-alone
     python benchmarks/speed.py --case humanoid-cleanrl --total-timesteps 100000 --repeats 2 --env-alone
     python benchmarks/speed.py --case humanoid-envpool --total-timesteps 204800 --repeats 2   # pip install envpool==1.2.5
+    python benchmarks/speed.py --case dmc-envpool --env-id WalkerWalk-v1 --total-timesteps 102400 --env-alone
 """
 
 import argparse
@@ -57,6 +58,11 @@ CASES = {
         "envpool": ["ppo_continuous.py", "--env-backend", "envpool", *NO_CHECKPOINTS],
         "gymnasium": ["ppo_continuous.py", *NO_CHECKPOINTS],
     }),
+    # the DeepMind Control Suite through EnvPool (any of its tasks with --env-id): one engine thread, or one per core
+    "dmc-envpool": ("CheetahRun-v1", {
+        "1 thread": ["ppo_continuous.py", "--env-backend", "envpool", "--env-threads", "1", *NO_CHECKPOINTS],
+        "a thread per core": ["ppo_continuous.py", "--env-backend", "envpool", *NO_CHECKPOINTS],
+    }),
     # the defaults against CleanRL's settings, both in ppo_continuous.py
     "humanoid-cleanrl": ("Humanoid-v5", {
         "defaults": ["ppo_continuous.py", *NO_CHECKPOINTS],
@@ -74,16 +80,26 @@ def timed_run(command, workdir):
     return time.perf_counter() - start
 
 
-def env_alone_sps(env_id, num_envs, total_timesteps, seed):
-    """The vector env ppo_continuous.py builds (num_envs sub-envs in one process, episode statistics), stepping random actions."""
+def env_alone_sps(env_id, num_envs, total_timesteps, seed, envpool_threads=None):
+    """The vector env ppo_continuous.py builds (num_envs sub-envs in one process, episode statistics; with
+    envpool_threads, EnvPool's, made by the script's own make_envs), stepping random actions."""
     import gymnasium as gym
 
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * num_envs))
+    if envpool_threads is None:
+        envs = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * num_envs)
+        envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)
+    else:
+        sys.path.insert(0, ROOT)
+        import ppo_continuous
+
+        args = ppo_continuous.Args(env_id=env_id, env_backend="envpool", env_threads=envpool_threads)
+        envs = ppo_continuous.make_envs(args, num_envs, None, seed)
+    actions = gym.vector.utils.batch_space(envs.single_action_space, num_envs)
     envs.reset(seed=seed)
-    envs.action_space.seed(seed)
+    actions.seed(seed)
     start = time.perf_counter()
     for _ in range(total_timesteps // num_envs):
-        envs.step(envs.action_space.sample())
+        envs.step(actions.sample())
     return total_timesteps // num_envs * num_envs / (time.perf_counter() - start)
 
 
@@ -94,6 +110,8 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--env-alone", action="store_true", help="also time the env alone with random actions")
+    parser.add_argument("--env-id", default=None, help="the env of every command instead of the case's own, e.g. "
+                        "WalkerWalk-v1 with --case dmc-envpool")
     parser.add_argument("--script", default=None, help="a script path (a copy of one of ours) that takes the place of "
                         "contender A's script, with A's flags: e.g. your experiment against Stable-Baselines3")
     cli = parser.parse_args()
@@ -101,6 +119,7 @@ def main():
         parser.error("--repeats and --total-timesteps must be at least 1")
 
     env_id, contenders = CASES[cli.case]
+    env_id = cli.env_id or env_id
     if cli.script:
         if not os.path.isfile(cli.script):
             parser.error(f"no script {cli.script}")
@@ -113,6 +132,9 @@ def main():
     # A's sub-envs: its flag, else its script's default (read from its Args; a copy may have its own)
     default = re.search(r"^\s+num_envs: int = (\d+)", open(os.path.join(ROOT, script_a)).read(), re.MULTILINE)
     num_envs = int(flags_a[flags_a.index("--num-envs") + 1] if "--num-envs" in flags_a else default.group(1) if default else 1)
+    envpool_threads = None  # A's engine threads, if A steps its sub-envs on EnvPool (0: the script's own choice)
+    if "envpool" in flags_a:
+        envpool_threads = int(flags_a[flags_a.index("--env-threads") + 1]) if "--env-threads" in flags_a else 0
     with tempfile.TemporaryDirectory() as workdir:  # runs/ of the timed runs go here, not into the repository
         for repeat in range(cli.repeats):
             for name, (script, *flags) in contenders.items():
@@ -120,7 +142,7 @@ def main():
                 sps[name].append(cli.total_timesteps / elapsed)
                 print(f"{env_id} repeat {repeat + 1} {name}: {elapsed:.1f} s, {sps[name][-1]:,.0f} SPS", flush=True)
             if cli.env_alone:
-                alone.append(env_alone_sps(env_id, num_envs, min(cli.total_timesteps, 50000), cli.seed))
+                alone.append(env_alone_sps(env_id, num_envs, min(cli.total_timesteps, 50000), cli.seed, envpool_threads))
                 print(f"{env_id} repeat {repeat + 1} env alone: {alone[-1]:,.0f} SPS, {name_a} at {sps[name_a][-1] / alone[-1]:.0%} of it", flush=True)
     (name_a, sps_a), (name_b, sps_b) = ((name, statistics.median(values)) for name, values in sps.items())
     print(f"{env_id}: {name_a} {sps_a:,.0f} SPS, {name_b} {sps_b:,.0f} SPS (medians of {cli.repeats}), "

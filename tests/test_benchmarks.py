@@ -31,6 +31,9 @@ import common  # noqa: E402
 import plot  # noqa: E402
 import reach  # noqa: E402
 import run as runner  # noqa: E402
+import speed  # noqa: E402
+
+import ppo_continuous  # noqa: E402
 
 TINY = ["--total-timesteps", "2048", "--num-envs", "4", "--checkpoint-interval", "1"]  # Acrobot ends an episode in 512 steps
 
@@ -390,6 +393,19 @@ def test_speed_alternates_the_contenders_and_times_the_env_alone_in_every_repeat
     assert f"(per repeat: {min(shares)}% to {max(shares)}%)" in summary and "defaults runs at" in summary, output
     assert "env alone (8 sub-envs, one process)" in summary, output  # as many as the defaults step
     assert not os.listdir(tmp_path)  # the timed runs write their runs/ elsewhere
+
+
+@pytest.mark.skipif(importlib.util.find_spec("envpool") is None, reason="needs envpool==1.2.5")
+def test_speed_times_a_dmc_task_and_its_envpool_env_alone(tmp_path, monkeypatch):
+    output = tool("speed.py", "--case", "dmc-envpool", "--env-id", "WalkerWalk-v1", "--total-timesteps", "2048",
+                  "--repeats", "1", "--env-alone", cwd=tmp_path).communicate(timeout=300)[0]
+    timed = [line.split(":")[0] for line in output.splitlines() if " repeat " in line]
+    assert timed == [f"WalkerWalk-v1 repeat 1 {name}" for name in ("1 thread", "a thread per core", "env alone")], output
+    made = []  # the env alone is the one the script builds: EnvPool's, its Dict observations flattened
+    make_envs = ppo_continuous.make_envs
+    monkeypatch.setattr(ppo_continuous, "make_envs", lambda args, *rest: made.append(args) or make_envs(args, *rest))
+    assert speed.env_alone_sps("WalkerWalk-v1", 2, 64, 1, envpool_threads=1) > 0
+    assert [(args.env_backend, args.env_threads) for args in made] == [("envpool", 1)]
 
 
 def test_learning_runs_seeds_through_the_runner_and_finds_the_threshold(tmp_path):
