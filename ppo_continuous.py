@@ -69,7 +69,7 @@ class Args:
     """if toggled, record videos of env 0 to `videos/` (training) or of every episode (evaluation)"""
 
     env_id: str = "HalfCheetah-v5"
-    """the id of the gymnasium environment (any Box action space); `module:Id` imports your own module first"""
+    """an env id with Box actions: gymnasium's, `module:Id` (imports your module), or EnvPool's (--env-backend)"""
     env_kwargs: str = "{}"
     """keyword arguments of gym.make as JSON, e.g. '{"continuous": true}' (LunarLander-v3)"""
     env_backend: Literal["gymnasium", "envpool"] = "gymnasium"

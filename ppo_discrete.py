@@ -68,7 +68,7 @@ class Args:
     """if toggled, record videos of env 0 to `videos/` (training) or of every episode (evaluation)"""
 
     env_id: str = "CartPole-v1"
-    """the id of the gymnasium environment (any Discrete action space); `module:Id` imports your own module first"""
+    """an env id with Discrete actions: gymnasium's, `module:Id` (imports your module), or EnvPool's (--env-backend)"""
     env_kwargs: str = "{}"
     """keyword arguments of gym.make as JSON, e.g. '{"is_slippery": false}' (FrozenLake-v1)"""
     env_backend: Literal["gymnasium", "envpool"] = "gymnasium"

@@ -408,6 +408,20 @@ def test_speed_times_a_dmc_task_and_its_envpool_env_alone(tmp_path, monkeypatch)
     assert [(args.env_backend, args.env_threads) for args in made] == [("envpool", 1)]
 
 
+@pytest.mark.skipif(importlib.util.find_spec("envpool") is None, reason="needs envpool==1.2.5")
+def test_envpool_ids_surveys_each_id_with_both_scripts_and_resumes(tmp_path):
+    out = tmp_path / "ids.jsonl"
+    ids = ["CheetahRun-v1", "FrozenLake-v1", "Pong-v5"]
+    output = tool("envpool_ids.py", "--out", str(out), "--ids", *ids, cwd=tmp_path).communicate(timeout=300)[0]
+    outcomes = {(r["script"], r["id"]): r["outcome"] for r in map(json.loads, out.read_text().splitlines())}
+    assert outcomes == {("ppo_continuous", "CheetahRun-v1"): "trains", ("ppo_discrete", "FrozenLake-v1"): "trains",
+                        **{(script, env_id): "refused" for script, env_id in [("ppo_discrete", "CheetahRun-v1"),
+                           ("ppo_continuous", "FrozenLake-v1"), ("ppo_discrete", "Pong-v5"), ("ppo_continuous", "Pong-v5")]}}
+    assert "ppo_discrete.py: refused 2, trains 1" in output and "ppo_continuous.py: refused 2, trains 1" in output, output
+    tool("envpool_ids.py", "--out", str(out), "--ids", *ids, cwd=tmp_path).communicate(timeout=300)
+    assert len(out.read_text().splitlines()) == 6  # surveyed once: the second start found every pair done
+
+
 def test_learning_runs_seeds_through_the_runner_and_finds_the_threshold(tmp_path):
     output = tool("learning.py", "--script", "ppo_discrete.py", "--env-id", "CartPole-v1", "--seeds", "1", "2", "--threshold", "5",
                   "--total-timesteps", "1024", "--out", str(tmp_path / "out"), cwd=tmp_path).communicate(timeout=300)[0]
