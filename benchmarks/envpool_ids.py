@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -82,14 +83,17 @@ def main():
     env_ids = cli.ids or envpool.list_all_envs()
     if cli.in_this_process:
         return survey(cli.out, env_ids)
+    cli.out = os.path.abspath(cli.out)
     while True:  # a worker process surveys until it ends or an env takes it down; then the next one goes on
         worker = [sys.executable, os.path.abspath(__file__), "--out", cli.out, "--in-this-process"]
-        process = subprocess.Popen(worker + (["--ids", *cli.ids] if cli.ids else []), stderr=subprocess.DEVNULL)
-        while process.poll() is None:  # a pair that takes over HANG seconds: its env hangs (after a crash, seen)
-            time.sleep(1)
-            with contextlib.suppress(OSError):
-                if time.time() - os.path.getmtime(cli.out + ".current") > HANG:
-                    process.kill()
+        with tempfile.TemporaryDirectory() as workdir:  # where some envs write files of their own (VizDoom's ini)
+            process = subprocess.Popen(worker + (["--ids", *cli.ids] if cli.ids else []), cwd=workdir,
+                                       stderr=subprocess.DEVNULL)
+            while process.poll() is None:  # a pair that takes over HANG seconds: its env hangs (after a crash, seen)
+                time.sleep(1)
+                with contextlib.suppress(OSError):
+                    if time.time() - os.path.getmtime(cli.out + ".current") > HANG:
+                        process.kill()
         if not os.path.exists(cli.out + ".current"):
             break
         with open(cli.out + ".current") as f:
