@@ -144,8 +144,8 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
         else:
             env = gym.make(env_id, **env_kwargs)
         if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
-            # Dict and Tuple: one vector, in key order; Discrete: one-hot. Per sub-env: gymnasium's vector
-            env = gym.wrappers.FlattenObservation(env)  # FlattenObservation refuses SAME_STEP autoreset
+            # in each sub-env, as gymnasium's vector FlattenObservation refuses SAME_STEP autoreset
+            env = gym.wrappers.FlattenObservation(env)  # Dict and Tuple: one vector, in key order; Discrete: one-hot
         # per sub-env statistics: under SAME_STEP they arrive in infos["final_info"]["episode"] (raw returns)
         return gym.wrappers.RecordEpisodeStatistics(env)
 
