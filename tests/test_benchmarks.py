@@ -605,3 +605,17 @@ def test_a_slurm_grid_that_cannot_go_gets_one_line(case, tmp_path):
                "local grid in progress": "error: another runner is working in out; wait for it, or use another --out"}[case]
     assert (process.returncode, output.strip()) == (1, message)
     assert "Traceback" not in output and not glob.glob(str(tmp_path / "out" / "slurm-job-*"))
+
+
+@pytest.mark.skipif(shutil.which("patch") is None, reason="needs the patch tool")
+@pytest.mark.parametrize("name", ["ppo_rpo", "ppo_cn", "ppo_et"])
+def test_each_screened_candidate_is_made_by_its_documented_command_and_runs(name, tmp_path):
+    """benchmarks/results/README.md makes each candidate's copy with `patch -o`: it must still apply and train."""
+    candidate = os.path.join(ROOT, "benchmarks", "candidates", f"{name}.patch")
+    assert f"patch -o {name}.py ppo_continuous.py benchmarks/candidates/{name}.patch" in open(candidate).read()
+    made = subprocess.run(["patch", "--fuzz=0", "-o", str(tmp_path / f"{name}.py"), "ppo_continuous.py", candidate],
+                          cwd=ROOT, capture_output=True, text=True)
+    assert made.returncode == 0, made.stdout + made.stderr
+    trained = subprocess.run([sys.executable, f"{name}.py", "--env-id", "Pendulum-v1", "--total-timesteps", "1024",
+                              "--num-envs", "2"], cwd=tmp_path, capture_output=True, text=True)
+    assert trained.returncode == 0 and "done: 1,024 steps" in trained.stdout, trained.stdout + trained.stderr
