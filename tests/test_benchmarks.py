@@ -608,7 +608,7 @@ def test_a_slurm_grid_that_cannot_go_gets_one_line(case, tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("patch") is None, reason="needs the patch tool")
-@pytest.mark.parametrize("name", ["ppo_rpo", "ppo_cn", "ppo_et", "ppo_sde"])
+@pytest.mark.parametrize("name", ["ppo_rpo", "ppo_cn", "ppo_et", "ppo_sde", "ppo_sh"])
 def test_each_screened_candidate_is_made_by_its_documented_command_and_runs(name, tmp_path):
     """benchmarks/results/README.md makes each candidate's copy with `patch -o`: it must still apply and train."""
     candidate = os.path.join(ROOT, "benchmarks", "candidates", f"{name}.patch")
