@@ -607,12 +607,16 @@ def test_a_slurm_grid_that_cannot_go_gets_one_line(case, tmp_path):
     assert "Traceback" not in output and not glob.glob(str(tmp_path / "out" / "slurm-job-*"))
 
 
+CANDIDATES = sorted(glob.glob(os.path.join(ROOT, "benchmarks", "candidates", "*.patch")))
+
+
 @pytest.mark.skipif(shutil.which("patch") is None, reason="needs the patch tool")
-@pytest.mark.parametrize("name", ["ppo_rpo", "ppo_cn", "ppo_et", "ppo_sde", "ppo_sh"])
-def test_each_screened_candidate_is_made_by_its_documented_command_and_runs(name, tmp_path):
+@pytest.mark.parametrize("candidate", CANDIDATES, ids=os.path.basename)
+def test_each_screened_candidate_is_made_by_its_documented_command_and_runs(candidate, tmp_path):
     """benchmarks/results/README.md makes each candidate's copy with `patch -o`: it must still apply and train."""
-    candidate = os.path.join(ROOT, "benchmarks", "candidates", f"{name}.patch")
-    assert f"patch -o {name}.py ppo_continuous.py benchmarks/candidates/{name}.patch" in open(candidate).read()
+    name = os.path.basename(candidate)[: -len(".patch")]
+    results = open(os.path.join(ROOT, "benchmarks", "results", "README.md")).read()
+    assert f"    patch -o {name}.py ppo_continuous.py benchmarks/candidates/{name}.patch\n" in results
     made = subprocess.run(["patch", "--fuzz=0", "-o", str(tmp_path / f"{name}.py"), "ppo_continuous.py", candidate],
                           cwd=ROOT, capture_output=True, text=True)
     assert made.returncode == 0, made.stdout + made.stderr
