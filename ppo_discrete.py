@@ -778,9 +778,9 @@ def evaluate(args, checkpoint):
         if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
             cut_episodes += not (terminated[0] or truncated[0])
             episodic_returns.append(episode_return)
-            video = os.path.join(video_folder, f"rl-video-episode-{len(episodic_returns) - 1}.mp4") * args.capture_video
+            video = f", {video_folder}/rl-video-episode-{len(episodic_returns) - 1}.mp4" if args.capture_video else ""
             print(f"episode {len(episodic_returns)}: return {episode_return:.2f}, {episode_length} steps"
-                  f"{'' if terminated[0] or truncated[0] else ' (cut)'}{', ' + video if video else ''}", flush=True)
+                  f"{'' if terminated[0] or truncated[0] else ' (cut)'}{video}", flush=True)
             episode_return, episode_length = 0.0, 0
             if len(episodic_returns) < args.eval_episodes:  # the next episode starts at once, whatever the autoreset
                 next_obs, _ = envs.reset()
