@@ -115,7 +115,7 @@ class Args:
     hidden_size: int = 64
     """the width of the two hidden layers of the actor and of the critic"""
     init_log_std: float = -1.0
-    """the log std the policy starts with (std 0.37; -0.5: every seed learns on Hopper, Walker2d, BipedalWalker)"""
+    """the log std the policy starts with (std 0.37; -0.5 suits Hopper, Walker2d, BipedalWalker and most DMC tasks)"""
 
     checkpoint_interval: int = 10
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
