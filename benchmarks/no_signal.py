@@ -1,0 +1,202 @@
+"""The no-signal test bed (issue 47): what narrows the policy's std when there is nothing to learn.
+
+A gymnasium MuJoCo body whose reward is always 0 (its episodes end as before) is registered as
+`NoSignal-<Body>` (e.g. NoSignal-HalfCheetah-v5). The bare script trains on it as any env:
+
+    python ppo_continuous.py --env-id benchmarks.no_signal:NoSignal-HalfCheetah-v5 --total-timesteps 500000
+
+Run as a tool, it trains ppo_continuous.py in this process with one change at a time (an experiment, below)
+and prints the log std per action dimension (its mean over the dimensions) as the run goes, then one result line:
+
+    python benchmarks/no_signal.py --experiment baseline --env-id NoSignal-HalfCheetah-v5 --total-timesteps 500000
+
+An experiment changes one thing of what PPO computes by replacing a piece of the imported script (nothing in the
+script itself changes); extra flags go to the script (e.g. --init-log-std -0.5). The result line goes to stdout
+and, with --csv, is appended to that file.
+"""
+
+import argparse
+import contextlib
+import copy
+import csv
+import os
+import sys
+
+import gymnasium as gym
+import numpy as np
+
+
+class NoReward(gym.Wrapper):
+    """The body's own dynamics, terminations and time limit; every reward 0."""
+
+    def step(self, action):
+        obs, _, terminated, truncated, info = self.env.step(action)
+        return obs, 0.0, terminated, truncated, info
+
+
+BODIES = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5")
+for body in BODIES:
+    gym.register(f"NoSignal-{body}", entry_point=lambda body=body, **kwargs: NoReward(gym.make(body, **kwargs)))
+
+
+def experiments(ppo):
+    """name: (what it changes, a function that changes it in the imported script `ppo`, script flags)."""
+    original_loss, original_transitions = ppo.ppo_loss, ppo.real_transitions
+    live = {}  # the agent being trained, and its copy as it was when the rollout was collected
+
+    class Agent(ppo.Agent):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            live["agent"] = self
+
+    def shuffled_advantages():
+        generator = np.random.default_rng(0)
+        def real_transitions(valid, *rollout):
+            batch = original_transitions(valid, *rollout)
+            batch[3] = batch[3][generator.permutation(len(batch[3]))]  # advantages, independent of the actions
+            return batch
+        ppo.real_transitions = real_transitions
+
+    def freeze(part):
+        def change():
+            class Frozen(Agent):
+                def __init__(self, *args, **kwargs):
+                    super().__init__(*args, **kwargs)
+                    getattr(self, part).requires_grad_(False)  # Adam skips a parameter without a gradient
+            ppo.Agent = Frozen
+        return change
+
+    def sgd_log_std():
+        import torch
+
+        class AdamWithSgdLogStd(torch.optim.Adam):
+            """Adam for every parameter but the log std, which takes a plain SGD step at the same learning rate."""
+
+            def step(self, closure=None):
+                log_std = live["agent"].actor_logstd
+                grad, log_std.grad = log_std.grad, None
+                super().step(closure)
+                with torch.no_grad():
+                    log_std -= self.param_groups[0]["lr"] * grad
+                log_std.grad = grad
+
+        ppo.torch.optim.Adam = AdamWithSgdLogStd
+
+    def snapshot_per_update():
+        """The rollout's network, copied once per update (real_transitions runs once, right before it)."""
+        def real_transitions(valid, *rollout):
+            live["old"] = copy.deepcopy(live["agent"]).requires_grad_(False)
+            return original_transitions(valid, *rollout)
+        ppo.real_transitions = real_transitions
+        ppo.Agent = Agent
+
+    def decoupled():
+        """PPO-CMA / MPO: the mean's surrogate at the rollout's std, the std's surrogate at the rollout's mean."""
+        import torch
+        snapshot_per_update()
+
+        def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
+            loss, stats = original_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args)
+            old = live["old"]
+            mean, old_mean = agent.actor_mean(obs), old.actor_mean(obs)
+            log_std, old_log_std = agent.actor_logstd.expand_as(mean), old.actor_logstd.expand_as(mean)
+
+            def logprob(mu, ls):
+                return (-0.5 * ((actions - mu) / ls.exp()) ** 2 - ls).sum(-1) - 0.5 * np.log(2 * np.pi) * mu.shape[-1]
+            if args.norm_adv:
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            surrogate = 0.0
+            for new_logprob in (logprob(mean, old_log_std), logprob(old_mean, log_std)):
+                ratio = (new_logprob - old_logprobs).exp()
+                clipped = torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+                surrogate = surrogate + torch.max(-advantages * ratio, -advantages * clipped).mean()
+            return loss - stats["policy_loss"] + surrogate, stats  # the joint surrogate replaced by the two
+        ppo.ppo_loss = ppo_loss
+
+    def kl_penalty(coef):
+        """Sample Factory: a penalty on the KL divergence from the rollout's policy (exact, for two Gaussians)."""
+        def change():
+            snapshot_per_update()
+
+            def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
+                loss, stats = original_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args)
+                old = live["old"]
+                mean, old_mean = agent.actor_mean(obs), old.actor_mean(obs)
+                log_std, old_log_std = agent.actor_logstd, old.actor_logstd
+                kl = (log_std - old_log_std + ((2 * old_log_std).exp() + (old_mean - mean) ** 2)
+                      / (2 * (2 * log_std).exp()) - 0.5).sum(-1).mean()
+                return loss + coef * kl, stats
+            ppo.ppo_loss = ppo_loss
+        return change
+
+    def nothing():
+        ppo.Agent = Agent
+
+    return {
+        "baseline": ("today's update, the bare command", nothing, []),
+        "shuffled": ("advantages shuffled across the batch", lambda: (nothing(), shuffled_advantages()), []),
+        "no-norm-adv": ("advantages not normalized", nothing, ["--no-norm-adv"]),
+        "no-clip": ("no clipping (clip 1e9)", nothing, ["--clip-coef", "1e9"]),
+        "mean-frozen": ("only the std updated", freeze("actor_mean"), []),
+        "std-frozen": ("only the mean updated", freeze("actor_logstd"), []),
+        "sgd-log-std": ("plain SGD for the log std", lambda: (nothing(), sgd_log_std()), []),
+        "one-epoch": ("one epoch, one minibatch: one step per rollout", nothing,
+                      ["--update-epochs", "1", "--num-minibatches", "1"]),
+        "decoupled": ("mean at the rollout's std, std at the rollout's mean", decoupled, []),
+        "kl-0.1": ("KL penalty to the rollout's policy, 0.1", kl_penalty(0.1), []),
+        "kl-1": ("KL penalty to the rollout's policy, 1.0", kl_penalty(1.0), []),
+    }
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--experiment", default="baseline")
+    parser.add_argument("--env-id", default="NoSignal-HalfCheetah-v5")
+    parser.add_argument("--csv", help="append the result line to this CSV file")
+    options, flags = parser.parse_known_args()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    sys.path.insert(0, root)
+    import ppo_continuous as ppo
+
+    table = experiments(ppo)
+    if options.experiment not in table:
+        raise SystemExit(f"error: --experiment must be one of {', '.join(table)}")
+    what, change, experiment_flags = table[options.experiment]
+    change()
+    sys.argv = [sys.argv[0], "--env-id", options.env_id, "--exp-name", f"no_signal_{options.experiment}",
+                *experiment_flags, *flags]
+    args, checkpoint = ppo.parse_args()
+    trace = []  # (step, mean log std over the action dimensions)
+    end_iteration = ppo.Run.end_iteration
+
+    def logged_end_iteration(run, iteration, global_step, scalars):
+        log_std = run.state["model"].actor_logstd.detach().view(-1).numpy()
+        if not trace:
+            trace.append((0, float(args.init_log_std)))
+        trace.append((global_step, float(log_std.mean())))
+        if iteration % 25 == 0:
+            print(f"step {global_step}: log std per dimension {np.round(log_std, 3).tolist()}", flush=True)
+        return end_iteration(run, iteration, global_step, scalars)
+
+    ppo.Run.end_iteration = logged_end_iteration
+    with contextlib.redirect_stdout(sys.stderr):
+        ppo.train(args, checkpoint)
+    steps = np.array([step for step, _ in trace])
+    means = np.array([value for _, value in trace])
+    halfway = means[np.searchsorted(steps, steps[-1] / 2)]
+    row = {"experiment": options.experiment, "env_id": options.env_id, "seed": args.seed, "steps": int(steps[-1]),
+           "flags": " ".join(experiment_flags + flags), "start": round(means[0], 4),
+           "halfway": round(float(halfway), 4), "end": round(float(means[-1]), 4),
+           "drift": round(float(means[-1] - means[0]), 4)}
+    print(", ".join(f"{key} {value}" for key, value in row.items()), f"({what})", flush=True)
+    if options.csv:
+        new = not os.path.exists(options.csv)
+        with open(options.csv, "a", newline="") as file:
+            writer = csv.DictWriter(file, fieldnames=list(row))
+            if new:
+                writer.writeheader()
+            writer.writerow(row)
+
+
+if __name__ == "__main__":
+    main()
