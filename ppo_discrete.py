@@ -3,15 +3,13 @@
     python ppo_discrete.py --env-id CartPole-v1
     tensorboard --logdir runs
 
-PPO in the order the data flows: arguments, environments, agent, GAE, loss, and train() with the rollout, GAE and update
-as visible loops. "detail N" names the implementation details of "The 37 Implementation Details of PPO" (Huang et al.,
-2022). Gymnasium 1.x vector envs autoreset NEXT_STEP; the rows that autoreset makes are dropped from the update.
-Below the "Run safety" banner: checks, checkpoints, run folder, faults, progress, evaluation.
+Above the "Run safety" banner, PPO in the order the data flows: arguments, environments, agent, GAE, loss, and
+train() with the rollout, GAE and update as visible loops; "detail N" names the details of "The 37 Implementation
+Details of PPO" (Huang et al., 2022). Gymnasium 1.x autoresets NEXT_STEP: autoreset rows are dropped from the update.
 """
 
 import contextlib
 import copy
-import fcntl
 import glob
 import importlib.util
 import json
@@ -30,6 +28,10 @@ from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Literal, Optional
 
+if sys.platform == "win32":  # the run folder's lock (fcntl) and the stop signals below are POSIX's
+    sys.exit(f"error: {os.path.basename(__file__)} runs on Linux and macOS, not on Windows (there, use WSL)")
+import fcntl  # noqa: E402
+
 if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("interrupted"))  # Ctrl-C while torch loads
 
@@ -43,12 +45,10 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Args:
-    """PPO for Discrete action spaces. Defaults chosen by a benchmarks/tune.py study over CartPole-v1, Acrobot-v1 and
-    LunarLander-v3 (scored by the worst env), confirmed over 5 seeds on a 2-core CPU (benchmarks/results/README.md):
-    LunarLander-v3 about 256 at 1M steps, CartPole-v1 500 and Acrobot-v1 about -85 at 500k. CleanRL's ppo.py settings
-    (the same on CartPole and Acrobot, LunarLander-v3 about 3 at 1M): --learning-rate 2.5e-4 --num-envs 4
-    --gae-lambda 0.95 --num-minibatches 4 --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5
-    --max-grad-norm 0.5"""
+    """PPO for Discrete actions: `python ppo_discrete.py --env-id CartPole-v1`, then `tensorboard --logdir runs`; each
+    run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. CleanRL's ppo.py settings (the defaults
+    came from a benchmarks/tune.py study): --learning-rate 2.5e-4 --num-envs 4 --gae-lambda 0.95 --num-minibatches 4
+    --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5"""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -84,7 +84,7 @@ class Args:
     num_steps: int = 128
     """the number of steps per sub-environment in each rollout"""
     anneal_lr: bool = True
-    """if toggled, anneal the learning rate linearly to 0 over the run"""
+    """if toggled, anneal the learning rate linearly over the run, to learning_rate / iterations in the last one"""
     gamma: float = 0.99
     """the discount factor gamma"""
     gae_lambda: float = 0.99
@@ -194,10 +194,6 @@ class Agent(nn.Module):
         logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
         return action, logprob, -(log_probs.exp() * log_probs).sum(-1)
 
-    def get_action_and_value(self, x, action=None):
-        action, logprob, entropy = self.get_action(x, action)
-        return action, logprob, entropy, self.critic(x)
-
     def act_deterministic(self, x):
         """For evaluation: the most probable action."""
         return self.actor(x).argmax(dim=-1)
@@ -233,8 +229,8 @@ def real_transitions(valid, *rollout):
 
 def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
     """The clipped PPO loss on one minibatch of real transitions, and its statistics (each one logged)."""
-    _, new_logprob, entropy, new_value = agent.get_action_and_value(obs, actions)
-    new_value = new_value.view(-1)
+    _, new_logprob, entropy = agent.get_action(obs, actions)
+    new_value = agent.get_value(obs).view(-1)
     logratio = new_logprob - old_logprobs
     ratio = logratio.exp()
 
@@ -262,14 +258,20 @@ def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values,
     return loss, stats
 
 
+def learning_rate(args, iteration, num_iterations):  # detail 4: annealed, linearly down to lr / num_iterations
+    return (1.0 - (iteration - 1.0) / num_iterations) * args.learning_rate if args.anneal_lr else args.learning_rate
+
+
 def train(args, checkpoint=None):
-    run = Run(args, checkpoint)  # run safety (below): run folder, TensorBoard, checkpoints, signals, faults
+    num_iterations = args.total_timesteps // (args.num_envs * args.num_steps)  # one batch an iteration
+    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1  # a resumed run goes on after its checkpoint
+    run = Run(args, checkpoint, start_iteration, num_iterations)  # run safety (below): folder, logs, checkpoints
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.set_num_threads(1)  # a 64-64 MLP runs fastest on one thread; more threads only add overhead
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
-    seed = args.seed + run.start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
+    seed = args.seed + start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
     agent = Agent(envs, args.hidden_size).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
@@ -283,13 +285,11 @@ def train(args, checkpoint=None):
                                                      for _ in range(5))
 
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
-        global_step = run.global_step
+        global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
         next_obs, _ = envs.reset(seed=seed)
         next_done = np.zeros(args.num_envs, dtype=np.float32)
-        for iteration in range(run.start_iteration, run.num_iterations + 1):
-            if args.anneal_lr:  # detail 4: learning rate falls linearly to 0 at the last iteration
-                frac = 1.0 - (iteration - 1.0) / run.num_iterations
-                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        for iteration in range(start_iteration, num_iterations + 1):
+            optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
 
             # Rollout: num_steps steps in every sub-environment with the current policy.
             for step in range(args.num_steps):
@@ -316,7 +316,7 @@ def train(args, checkpoint=None):
             # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row.
             with torch.no_grad():
                 values = agent.get_value(torch.from_numpy(obs).to(device)).view(args.num_steps, args.num_envs)
-                next_value = agent.get_value(torch.as_tensor(next_obs, dtype=torch.float32, device=device)).view(1, -1)
+                next_value = agent.get_value(torch.from_numpy(next_obs.astype(np.float32)).to(device)).view(1, -1)
             next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
                                             args.gae_lambda)
@@ -565,24 +565,25 @@ class CheckedEnvs(gym.vector.VectorWrapper):
 
 
 class Run:
-    """One start of a run: its folder (locked), TensorBoard, progress, checkpoints, signals, and the fault rule:
-    whatever stops the run keeps its last complete iteration (saved iff one completed in this start); one line says."""
+    """One start of a run: its folder (locked), TensorBoard, progress, checkpoints, signals, the fault rule."""
 
-    def __init__(self, args, checkpoint):
+    def __init__(self, args, checkpoint, start_iteration, num_iterations):
         self.args, self.checkpoint, batch = args, checkpoint, args.num_envs * args.num_steps
-        self.num_iterations, self.total_timesteps = args.total_timesteps // batch, args.total_timesteps // batch * batch
-        self.global_step = checkpoint["global_step"] if checkpoint else 0
-        self.start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
+        self.num_iterations, self.total_timesteps = num_iterations, num_iterations * batch
+        self.global_step = (start_iteration - 1) * batch  # the last complete iteration's step, said by every message
         saved = checkpoint["args"] if checkpoint else asdict(args)
         if (args.num_envs, args.num_steps) != (saved["num_envs"], saved["num_steps"]):
             fail(f"a resumed run keeps its batch: the checkpoint was trained with --num-envs {saved['num_envs']} "
                  f"--num-steps {saved['num_steps']}")
-        if self.start_iteration > self.num_iterations:
+        if start_iteration > num_iterations:
             fail(f"the checkpoint is at step {self.global_step}: pass a --total-timesteps beyond it to extend the run: "
                  f"{command(args, '--resume', args.resume, '--total-timesteps', str(2 * self.global_step))}")
         if args.total_timesteps not in (self.total_timesteps, Args.total_timesteps):  # a number given, cut to batches
             print(f"note: --total-timesteps {args.total_timesteps:,} is rounded down to whole batches of {batch:,}: "
                   f"{self.total_timesteps:,} steps")
+        if checkpoint and args.anneal_lr and self.total_timesteps > saved["total_timesteps"] // batch * batch:
+            print(f"extending the run to {self.total_timesteps:,} steps: the learning rate follows that longer run's "
+                  f"schedule, {learning_rate(args, start_iteration, num_iterations):.3g} from here")
         self.name, self.dir, self.lock = open_run_folder(args, checkpoint)
         self.checkpoint_path, self.finished = os.path.join(self.dir, "checkpoint.pt"), False  # finished: see save()
         if checkpoint and os.path.exists(self.checkpoint_path):  # read again under the lock: another process may have
@@ -597,8 +598,9 @@ class Run:
         """Restores `state` on resume, opens TensorBoard and catches signals; on any fault applies the rule."""
         args, self.state, excepthook = self.args, state, threading.excepthook
         handlers = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}
-        # TensorBoard writes from a thread; a failed write is said once, in one line, by fail_with
-        threading.excepthook = lambda hook: isinstance(hook.exc_value, OSError) or threading.__excepthook__(hook)
+        # TensorBoard writes from a thread of its own: its failed write is said once, in one line, by fail_with
+        threading.excepthook = lambda hook: (type(hook.thread).__module__.startswith("tensorboard.")
+                                             and isinstance(hook.exc_value, OSError)) or excepthook(hook)
         try:
             if self.checkpoint:
                 restore(self.checkpoint, state, args.env_id)
@@ -770,7 +772,7 @@ def evaluate(args, checkpoint):
     episodic_returns, cut_episodes, episode_return, episode_length = [], 0, 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
     while len(episodic_returns) < args.eval_episodes:
-        obs = torch.as_tensor(next_obs, dtype=torch.float32)
+        obs = torch.from_numpy(next_obs.astype(np.float32))
         with torch.no_grad():
             action = agent.get_action(obs)[0] if args.eval_sample else agent.act_deterministic(obs)
         next_obs, reward, terminated, truncated, _ = envs.step(action.numpy())
@@ -790,8 +792,6 @@ def evaluate(args, checkpoint):
           f"{'actions sampled from the policy' if args.eval_sample else 'deterministic policy'}")
     if cut_episodes:
         print(f"{cut_episodes} of them cut at --eval-max-steps {args.eval_max_steps} (the env did not end them)")
-    if args.capture_video:
-        print(f"videos in {video_folder}")
     return episodic_returns
 
 

@@ -15,7 +15,6 @@ PPO" (Huang et al., 2022). Below the "Run safety" banner: checks, checkpoints, r
 
 import contextlib
 import copy
-import fcntl
 import glob
 import importlib.util
 import json
@@ -34,6 +33,10 @@ from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Literal, Optional
 
+if sys.platform == "win32":  # the run folder's lock (fcntl) and the stop signals below are POSIX's
+    sys.exit(f"error: {os.path.basename(__file__)} runs on Linux and macOS, not on Windows (there, use WSL)")
+import fcntl  # noqa: E402
+
 if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("interrupted"))  # Ctrl-C while torch loads
 
@@ -48,7 +51,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Args:
-    """PPO with same-step autoreset in worker processes; the defaults are ppo_continuous.py's (see its --help)."""
+    """PPO with same-step autoreset in worker processes: `python ppo_vector_sameStep.py --env-id Pendulum-v1`, then
+    `tensorboard --logdir runs`; each run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -84,7 +88,7 @@ class Args:
     num_steps: int = 256
     """the number of steps per sub-environment in each rollout"""
     anneal_lr: bool = True
-    """if toggled, anneal the learning rate linearly to 0 over the run"""
+    """if toggled, anneal the learning rate linearly over the run, to learning_rate / iterations in the last one"""
     gamma: float = 0.99
     """the discount factor gamma"""
     gae_lambda: Optional[float] = None
@@ -172,7 +176,7 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class Agent(nn.Module):
-    def __init__(self, envs, hidden_size=64, init_log_std=0.0):
+    def __init__(self, envs, hidden_size=64, init_log_std=-1.0):
         super().__init__()
         obs_dim = int(np.prod(envs.single_observation_space.shape))
         self.discrete = isinstance(envs.single_action_space, gym.spaces.Discrete)
@@ -215,10 +219,6 @@ class Agent(nn.Module):
             action = mean + std * torch.randn_like(mean)
         logprob = (-0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         return action, logprob, (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
-
-    def get_action_and_value(self, x, action=None):
-        action, logprob, entropy = self.get_action(x, action)
-        return action, logprob, entropy, self.critic(x)
 
     def act_deterministic(self, x):
         """For evaluation: the most probable action (Discrete) or the mean (Box)."""
@@ -278,7 +278,8 @@ class RewardScaler:
 
 
 def gae_lambda_for(action_space, given=None):
-    """Unless given: lower lambda for more action dimensions, whose policy gradient is noisier (Wu et al., 2018)."""
+    """Unless given: lower lambda for more action dimensions, a rule fitted on this project's MuJoCo screens
+    (benchmarks/results/README.md, "Why GAE's λ splits"): Humanoid-v5 learns at 0.8, Hopper-v5 at 0.95."""
     return given if given is not None else min(0.95, max(0.8, 1.0 - int(np.prod(action_space.shape)) / 80))
 
 
@@ -302,8 +303,8 @@ def compute_advantages(rewards, values, next_values, terminations, dones, gamma,
 
 def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
     """The clipped PPO loss on one minibatch, and its statistics (each one logged)."""
-    _, new_logprob, entropy, new_value = agent.get_action_and_value(obs, actions)
-    new_value = new_value.view(-1)
+    _, new_logprob, entropy = agent.get_action(obs, actions)
+    new_value = agent.get_value(obs).view(-1)
     logratio = new_logprob - old_logprobs
     ratio = logratio.exp()
 
@@ -331,8 +332,14 @@ def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values,
     return loss, stats
 
 
+def learning_rate(args, iteration, num_iterations):  # detail 4: annealed, linearly down to lr / num_iterations
+    return (1.0 - (iteration - 1.0) / num_iterations) * args.learning_rate if args.anneal_lr else args.learning_rate
+
+
 def train(args, checkpoint=None):
-    run = Run(args, checkpoint)  # run safety (below): run folder, TensorBoard, checkpoints, signals, faults
+    num_iterations = args.total_timesteps // (args.num_envs * args.num_steps)  # one batch an iteration
+    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1  # a resumed run goes on after its checkpoint
+    run = Run(args, checkpoint, start_iteration, num_iterations)  # run safety (below): folder, logs, checkpoints
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
     torch.set_num_threads(1)  # a 64-64 MLP runs fastest on one thread; more threads only add overhead
@@ -352,22 +359,18 @@ def train(args, checkpoint=None):
     obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=np.float32)
     final_obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=np.float32)  # normalized, at episode ends
     actions = np.zeros((args.num_steps, args.num_envs) + action_shape, dtype=np.int64 if agent.discrete else np.float32)
-    logprobs = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    rewards = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    terminations = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-    dones = np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    logprobs, rewards, terminations, dones = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+                                              for _ in range(4))
     low, high = (None, None) if agent.discrete else (envs.single_action_space.low, envs.single_action_space.high)
     every_env = np.ones(args.num_envs, dtype=bool)  # under SAME_STEP every step of every sub-env is a real transition
 
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
-        global_step = run.global_step
+        global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
         # A resumed run starts fresh episodes, seeded apart from the original run's first ones.
-        next_obs, _ = envs.reset(seed=args.seed + run.start_iteration - 1)
+        next_obs, _ = envs.reset(seed=args.seed + start_iteration - 1)
         next_obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=True)
-        for iteration in range(run.start_iteration, run.num_iterations + 1):
-            if args.anneal_lr:  # detail 4: learning rate falls linearly to 0 at the last iteration
-                frac = 1.0 - (iteration - 1.0) / run.num_iterations
-                optimizer.param_groups[0]["lr"] = frac * args.learning_rate
+        for iteration in range(start_iteration, num_iterations + 1):
+            optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
 
             # Rollout: num_steps steps in every sub-environment with the current policy.
             for step in range(args.num_steps):
@@ -693,25 +696,25 @@ class CheckedEnvs(gym.vector.VectorWrapper):
 
 
 class Run:
-    """One start of a run: its folder (locked), TensorBoard writer, progress, checkpoints, signals, and the one
-    fault rule: whatever stops the run keeps the state of its last complete iteration, saved iff one completed
-    in this start, and one line says what happened."""
+    """One start of a run: its folder (locked), TensorBoard, progress, checkpoints, signals, the fault rule."""
 
-    def __init__(self, args, checkpoint):
+    def __init__(self, args, checkpoint, start_iteration, num_iterations):
         self.args, self.checkpoint, batch = args, checkpoint, args.num_envs * args.num_steps
-        self.num_iterations, self.total_timesteps = args.total_timesteps // batch, args.total_timesteps // batch * batch
-        self.global_step = checkpoint["global_step"] if checkpoint else 0
-        self.start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1
+        self.num_iterations, self.total_timesteps = num_iterations, num_iterations * batch
+        self.global_step = (start_iteration - 1) * batch  # the last complete iteration's step, said by every message
         saved = checkpoint["args"] if checkpoint else asdict(args)
         if (args.num_envs, args.num_steps) != (saved["num_envs"], saved["num_steps"]):
             fail(f"a resumed run keeps its batch: the checkpoint was trained with --num-envs {saved['num_envs']} "
                  f"--num-steps {saved['num_steps']}")
-        if self.start_iteration > self.num_iterations:
+        if start_iteration > num_iterations:
             fail(f"the checkpoint is at step {self.global_step}: pass a --total-timesteps beyond it to extend the run: "
                  f"{command(args, '--resume', args.resume, '--total-timesteps', str(2 * self.global_step))}")
         if args.total_timesteps not in (self.total_timesteps, Args.total_timesteps):  # a number given, cut to batches
             print(f"note: --total-timesteps {args.total_timesteps:,} is rounded down to whole batches of {batch:,}: "
                   f"{self.total_timesteps:,} steps")
+        if checkpoint and args.anneal_lr and self.total_timesteps > saved["total_timesteps"] // batch * batch:
+            print(f"extending the run to {self.total_timesteps:,} steps: the learning rate follows that longer run's "
+                  f"schedule, {learning_rate(args, start_iteration, num_iterations):.3g} from here")
         self.name, self.dir, self.lock = open_run_folder(args, checkpoint)
         self.checkpoint_path, self.finished = os.path.join(self.dir, "checkpoint.pt"), False  # finished: see save()
         if checkpoint and os.path.exists(self.checkpoint_path):  # read again under the lock: another process may have
@@ -726,8 +729,9 @@ class Run:
         """Restores `state` on resume, opens TensorBoard and catches signals; on any fault applies the rule."""
         args, self.state, excepthook = self.args, state, threading.excepthook
         handlers = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}
-        # TensorBoard writes from a thread; a failed write is said once, in one line, by fail_with
-        threading.excepthook = lambda hook: isinstance(hook.exc_value, OSError) or threading.__excepthook__(hook)
+        # TensorBoard writes from a thread of its own: its failed write is said once, in one line, by fail_with
+        threading.excepthook = lambda hook: (type(hook.thread).__module__.startswith("tensorboard.")
+                                             and isinstance(hook.exc_value, OSError)) or excepthook(hook)
         try:
             if self.checkpoint:
                 restore(self.checkpoint, state, args.env_id)
@@ -922,8 +926,6 @@ def evaluate(args, checkpoint):
           f"{'actions sampled from the policy' if args.eval_sample else 'deterministic policy'}")
     if cut_episodes:
         print(f"{cut_episodes} of them cut at --eval-max-steps {args.eval_max_steps} (the env did not end them)")
-    if args.capture_video:
-        print(f"videos in {video_folder}")
     return episodic_returns
 
 

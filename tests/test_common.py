@@ -6,13 +6,14 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import constructed_env_id, record_fsync_and_replace, scalars, short_args, short_flags, start, wait_for
+from conftest import ROOT, constructed_env_id, record_fsync_and_replace, scalars, short_args, short_flags, start, wait_for
 
 import ppo_continuous
 import ppo_discrete
@@ -184,9 +185,63 @@ def test_resume_continues_the_same_run(ppo, in_tmp):
     assert resumed["global_step"] == 2048 and resumed["iteration"] == 4
     assert resumed["optimizer"]["state"][0]["step"].item() == 2 * optimizer_steps  # Adam's moments carried on
     learning_rates = dict(scalars(os.path.dirname(first))["charts/learning_rate"])
-    # the schedule continues over the extended horizon of 4 iterations: iteration 3 runs at (1 - 2/4) of the rate
+    # the schedule of the longer run, 4 iterations: iteration 3 runs at (1 - 2/4) of the rate, the last at 1/4 of it
     assert sorted(learning_rates) == [512, 1024, 1536, 2048]
     assert learning_rates[1536] == pytest.approx(0.5 * checkpoint["args"]["learning_rate"])
+    assert learning_rates[2048] == pytest.approx(0.25 * checkpoint["args"]["learning_rate"])
+
+
+def test_an_extension_says_the_learning_rate_it_starts_at_and_a_plain_resume_says_nothing(ppo, in_tmp, capsys):
+    """Extending a run follows the longer run's schedule: one line gives the rate it starts at, the rate logged there."""
+    first = ppo.train(short_args(ppo))  # 2 iterations of 512 steps
+    checkpoint = ppo.load_checkpoint(first)
+    interrupted = {**checkpoint, "args": {**checkpoint["args"], "total_timesteps": 2048}}  # as if stopped half-way
+    torch.save(interrupted, first)
+    capsys.readouterr()
+    ppo.train(ppo.Args(**{**interrupted["args"], "resume": first}), interrupted)  # to 2048 steps: not an extension
+    assert "extending" not in capsys.readouterr().out
+    checkpoint = ppo.load_checkpoint(first)
+    ppo.train(ppo.Args(**{**checkpoint["args"], "total_timesteps": 4096, "resume": first}), checkpoint)
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("extending")]
+    rate = float(re.fullmatch(r"extending the run to 4,096 steps: the learning rate follows that longer run's "
+                              r"schedule, (\S+) from here", line).group(1))
+    learning_rates = dict(scalars(os.path.dirname(first))["charts/learning_rate"])
+    assert learning_rates[2048] == pytest.approx(0.25 * checkpoint["args"]["learning_rate"])  # 4th of 4 iterations
+    assert rate == pytest.approx(learning_rates[2560], rel=1e-3) == 0.5 * checkpoint["args"]["learning_rate"]
+
+
+def test_an_oserror_in_another_thread_still_reaches_the_user(ppo, in_tmp, monkeypatch):
+    """Only TensorBoard's writer thread has its failed writes said by the fault rule; a thread of the researcher's own
+    (here one the env starts, a data loader say) that raises OSError goes to the excepthook as before training."""
+    seen = []
+    monkeypatch.setattr(threading, "excepthook", seen.append)
+
+    def loader():
+        raise OSError("the loader's disk is gone")
+
+    real_reset = gym.vector.SyncVectorEnv.reset
+
+    def reset(self, **kwargs):
+        thread = threading.Thread(target=loader)
+        thread.start()
+        thread.join()
+        return real_reset(self, **kwargs)
+
+    monkeypatch.setattr(gym.vector.SyncVectorEnv, "reset", reset)
+    ppo.train(short_args(ppo, total_timesteps=512))
+    assert [str(hook.exc_value) for hook in seen] == ["the loader's disk is gone"]
+    assert threading.excepthook == seen.append  # restored after the run
+
+
+@pytest.mark.parametrize("script", ["ppo_discrete.py", "ppo_continuous.py", "ppo_vector_sameStep.py"])
+def test_on_windows_the_scripts_say_in_one_line_that_they_need_linux_or_macos(script, tmp_path):
+    """fcntl and the POSIX stop signals do not exist on Windows: one line, not an ImportError traceback."""
+    # the standard library imports on Windows; under a pretended platform multiprocessing would look for _winapi
+    code = (f"import multiprocessing, runpy, sys; sys.platform = 'win32'; "
+            f"runpy.run_path({os.path.join(ROOT, script)!r}, run_name='__main__')")
+    result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert (result.returncode, result.stdout, result.stderr) == (
+        1, "", f"error: {script} runs on Linux and macOS, not on Windows (there, use WSL)\n")
 
 
 @pytest.mark.parametrize("box_ppo", [ppo_continuous, ppo_vector_sameStep], ids=lambda module: module.__name__)

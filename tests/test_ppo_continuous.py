@@ -25,7 +25,7 @@ def test_log_probability_and_entropy_are_those_of_a_diagonal_normal():
     with torch.no_grad():
         agent.actor_logstd.copy_(torch.tensor([[-0.5, 0.0, 0.7]]))
         x = torch.randn(1000, 5)
-        action, logprob, entropy, _ = agent.get_action_and_value(x)
+        action, logprob, entropy = agent.get_action(x)
     reference = torch.distributions.Normal(agent.actor_mean(x).detach(), agent.actor_logstd.exp().detach())
     torch.testing.assert_close(logprob, reference.log_prob(action).sum(-1))
     torch.testing.assert_close(entropy, reference.entropy().sum(-1))
