@@ -1,5 +1,6 @@
 """The experiment tooling under benchmarks/: runner, plots and sweeps, on real (tiny) runs of the scripts."""
 
+import csv
 import fcntl
 import glob
 import importlib.util
@@ -623,3 +624,47 @@ def test_each_screened_candidate_is_made_by_its_documented_command_and_runs(cand
     trained = subprocess.run([sys.executable, f"{name}.py", "--env-id", "Pendulum-v1", "--total-timesteps", "1024",
                               "--num-envs", "2"], cwd=tmp_path, capture_output=True, text=True)
     assert trained.returncode == 0 and "done: 1,024 steps" in trained.stdout, trained.stdout + trained.stderr
+
+
+def test_no_signal_bodies_have_no_reward_and_the_bare_command_trains_on_them(tmp_path):
+    """benchmarks/no_signal.py's bodies end their episodes as the real ones do, with every reward 0; the script
+    reaches them as its docstring says (`--env-id benchmarks.no_signal:NoSignal-Hopper-v5`, from the repository)."""
+    import gymnasium as gym
+    import no_signal  # noqa: F401 (registers the bodies)
+
+    env, real = gym.make("NoSignal-Hopper-v5"), gym.make("Hopper-v5")
+    env.reset(seed=0), real.reset(seed=0)
+    for _ in range(50):
+        action = real.action_space.sample()
+        (obs, reward, terminated, _, _), (real_obs, _, real_terminated, _, _) = env.step(action), real.step(action)
+        assert reward == 0.0 and terminated == real_terminated and np.array_equal(obs, real_obs)
+        if terminated:
+            break
+    # the script's folder, the repository, is on the import path: benchmarks.no_signal is found from any folder
+    trained = subprocess.run([sys.executable, os.path.join(ROOT, "ppo_continuous.py"), "--env-id",
+                              "benchmarks.no_signal:NoSignal-Hopper-v5", "--total-timesteps", "512", "--num-envs", "2"],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert trained.returncode == 0 and "done: 512 steps" in trained.stdout, trained.stdout + trained.stderr
+
+
+@pytest.mark.parametrize("experiment, moves", [("baseline", True), ("std-frozen", False), ("decoupled", True)])
+def test_the_no_signal_test_bed_records_the_log_std_each_experiment_leaves(experiment, moves, tmp_path):
+    """A short run of each kind: the result line and the CSV row give the log std's start, end and drift; an
+    experiment that freezes the std leaves it exactly where it started, one that trains it moves it."""
+    csv_path = tmp_path / "drift.csv"
+    process = tool("no_signal.py", "--experiment", experiment, "--env-id", "NoSignal-Hopper-v5", "--total-timesteps",
+                   "1024", "--num-envs", "2", "--init-log-std", "-0.5", "--csv", str(csv_path), cwd=tmp_path,
+                   stderr=subprocess.DEVNULL)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    (row,) = list(csv.DictReader(open(csv_path)))
+    assert (row["experiment"], row["env_id"], row["steps"], float(row["start"])) == (
+        experiment, "NoSignal-Hopper-v5", "1024", -0.5)
+    assert float(row["drift"]) == pytest.approx(float(row["end"]) - float(row["start"]), abs=1e-4)
+    assert (float(row["drift"]) != 0.0) == moves
+    assert f"experiment {experiment}, env_id NoSignal-Hopper-v5" in output
+
+
+def test_the_no_signal_test_bed_refuses_an_unknown_experiment_in_one_line(tmp_path):
+    output, _ = tool("no_signal.py", "--experiment", "nosuch", cwd=tmp_path).communicate(timeout=120)
+    assert output.strip().splitlines()[-1].startswith("error: --experiment must be one of baseline, shuffled,")
