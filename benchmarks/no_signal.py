@@ -90,6 +90,12 @@ def experiments(ppo):
         ppo.real_transitions = real_transitions
         ppo.Agent = Agent
 
+    def policies(agent, obs):
+        """The new policy's mean and log std at obs, and the rollout policy's, each of shape [batch, action dims]."""
+        old = live["old"]
+        mean, old_mean = agent.actor_mean(obs), old.actor_mean(obs)
+        return mean, old_mean, agent.actor_logstd.expand_as(mean), old.actor_logstd.expand_as(mean)
+
     def decoupled():
         """PPO-CMA / MPO: the mean's surrogate at the rollout's std, the std's surrogate at the rollout's mean."""
         import torch
@@ -97,9 +103,7 @@ def experiments(ppo):
 
         def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
             loss, stats = original_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args)
-            old = live["old"]
-            mean, old_mean = agent.actor_mean(obs), old.actor_mean(obs)
-            log_std, old_log_std = agent.actor_logstd.expand_as(mean), old.actor_logstd.expand_as(mean)
+            mean, old_mean, log_std, old_log_std = policies(agent, obs)
 
             def logprob(mu, ls):
                 return (-0.5 * ((actions - mu) / ls.exp()) ** 2 - ls).sum(-1) - 0.5 * np.log(2 * np.pi) * mu.shape[-1]
@@ -120,9 +124,7 @@ def experiments(ppo):
 
             def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
                 loss, stats = original_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args)
-                old = live["old"]
-                mean, old_mean = agent.actor_mean(obs), old.actor_mean(obs)
-                log_std, old_log_std = agent.actor_logstd, old.actor_logstd
+                mean, old_mean, log_std, old_log_std = policies(agent, obs)
                 kl = (log_std - old_log_std + ((2 * old_log_std).exp() + (old_mean - mean) ** 2)
                       / (2 * (2 * log_std).exp()) - 0.5).sum(-1).mean()
                 return loss + coef * kl, stats
