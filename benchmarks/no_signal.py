@@ -117,6 +117,50 @@ def experiments(ppo):
             return loss - stats["policy_loss"] + surrogate, stats  # the joint surrogate replaced by the two
         ppo.ppo_loss = ppo_loss
 
+    def held_out(by_env):
+        """The mean's surrogate on one half of each batch, at today's std; the std's on the other half, at the mean
+        as the first half moves it: the std never meets a mean fitted to its own samples' advantages. The halves
+        are rows drawn at random, or (by_env) half of the sub-environments, whose episodes share no advantages."""
+        import torch
+        split, randperm, generator = {}, torch.randperm, torch.Generator().manual_seed(0)
+
+        def real_transitions(valid, *rollout):
+            batch = original_transitions(valid, *rollout)
+            if by_env:  # each kept row's sub-environment, in the order real_transitions keeps them
+                env = np.tile(np.arange(valid.shape[1]), valid.shape[0])[valid.reshape(-1) > 0]
+                std_envs = randperm(valid.shape[1], generator=generator)[: valid.shape[1] // 2].numpy()
+                split["std_rows"] = torch.from_numpy(np.isin(env, std_envs))
+            else:
+                split["std_rows"] = randperm(len(batch[0]), generator=generator) < len(batch[0]) // 2
+            return batch
+
+        def recorded_randperm(n, **kwargs):  # train() draws each epoch's minibatches with it
+            split["perm"], split["minibatch"] = randperm(n, **kwargs), 0
+            return split["perm"]
+
+        def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
+            loss, stats = original_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args)
+            num_minibatches = max(1, min(args.num_minibatches, len(split["perm"]) // 2))  # as train() splits
+            rows = split["perm"].tensor_split(num_minibatches)[split["minibatch"]]
+            split["minibatch"] += 1
+            std_rows = split["std_rows"][rows].unsqueeze(-1)
+            mean = agent.actor_mean(obs)
+            log_std = agent.actor_logstd.expand_as(mean)
+            mean = torch.where(std_rows, mean.detach(), mean)
+            log_std = torch.where(std_rows, log_std, log_std.detach())
+            if args.norm_adv:
+                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+            new_logprob = (-0.5 * ((actions - mean) / log_std.exp()) ** 2 - log_std).sum(-1)
+            ratio = (new_logprob - 0.5 * np.log(2 * np.pi) * mean.shape[-1] - old_logprobs).exp()
+            clipped = torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+            surrogate = torch.max(-advantages * ratio, -advantages * clipped).mean()
+            return loss - stats["policy_loss"] + surrogate, stats
+
+        def change():
+            ppo.real_transitions, ppo.ppo_loss, ppo.torch.randperm = real_transitions, ppo_loss, recorded_randperm
+            ppo.Agent = Agent
+        return change
+
     def kl_penalty(coef):
         """Sample Factory: a penalty on the KL divergence from the rollout's policy (exact, for two Gaussians)."""
         def change():
@@ -149,6 +193,8 @@ def experiments(ppo):
         "minibatches-1": ("10 epochs of one minibatch: 10 steps per rollout, each on the whole batch", nothing,
                           ["--num-minibatches", "1"]),
         "decoupled": ("mean at the rollout's std, std at the rollout's mean", decoupled, []),
+        "held-out": ("the std's surrogate on half the batch, at the mean the other half trains", held_out(False), []),
+        "held-out-envs": ("the same, the halves half of the sub-environments each", held_out(True), []),
         "kl-0.1": ("KL penalty to the rollout's policy, 0.1", kl_penalty(0.1), []),
         "kl-1": ("KL penalty to the rollout's policy, 1.0", kl_penalty(1.0), []),
     }
