@@ -90,6 +90,11 @@ def experiments(ppo):
         ppo.real_transitions = real_transitions
         ppo.Agent = Agent
 
+    def logprob(actions, mean, log_std):
+        """The Gaussian policy's log-probability of the actions, summed over the action dimensions."""
+        density = (-0.5 * ((actions - mean) / log_std.exp()) ** 2 - log_std).sum(-1)
+        return density - 0.5 * np.log(2 * np.pi) * mean.shape[-1]
+
     def policies(agent, obs):
         """The new policy's mean and log std at obs, and the rollout policy's, each of shape [batch, action dims]."""
         old = live["old"]
@@ -104,13 +109,10 @@ def experiments(ppo):
         def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
             loss, stats = original_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args)
             mean, old_mean, log_std, old_log_std = policies(agent, obs)
-
-            def logprob(mu, ls):
-                return (-0.5 * ((actions - mu) / ls.exp()) ** 2 - ls).sum(-1) - 0.5 * np.log(2 * np.pi) * mu.shape[-1]
             if args.norm_adv:
                 advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
             surrogate = 0.0
-            for new_logprob in (logprob(mean, old_log_std), logprob(old_mean, log_std)):
+            for new_logprob in (logprob(actions, mean, old_log_std), logprob(actions, old_mean, log_std)):
                 ratio = (new_logprob - old_logprobs).exp()
                 clipped = torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
                 surrogate = surrogate + torch.max(-advantages * ratio, -advantages * clipped).mean()
@@ -150,8 +152,7 @@ def experiments(ppo):
             log_std = torch.where(std_rows, log_std, log_std.detach())
             if args.norm_adv:
                 advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-            new_logprob = (-0.5 * ((actions - mean) / log_std.exp()) ** 2 - log_std).sum(-1)
-            ratio = (new_logprob - 0.5 * np.log(2 * np.pi) * mean.shape[-1] - old_logprobs).exp()
+            ratio = (logprob(actions, mean, log_std) - old_logprobs).exp()
             clipped = torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
             surrogate = torch.max(-advantages * ratio, -advantages * clipped).mean()
             return loss - stats["policy_loss"] + surrogate, stats
