@@ -95,6 +95,15 @@ def experiments(ppo):
         density = (-0.5 * ((actions - mean) / log_std.exp()) ** 2 - log_std).sum(-1)
         return density - 0.5 * np.log(2 * np.pi) * mean.shape[-1]
 
+    def clipped_surrogate(new_logprob, old_logprobs, advantages, args):
+        """PPO's clipped surrogate loss for these log-probabilities, advantages normalized as the script does."""
+        import torch
+        if args.norm_adv:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        ratio = (new_logprob - old_logprobs).exp()
+        clipped = torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
+        return torch.max(-advantages * ratio, -advantages * clipped).mean()
+
     def policies(agent, obs):
         """The new policy's mean and log std at obs, and the rollout policy's, each of shape [batch, action dims]."""
         old = live["old"]
@@ -103,19 +112,14 @@ def experiments(ppo):
 
     def decoupled():
         """PPO-CMA / MPO: the mean's surrogate at the rollout's std, the std's surrogate at the rollout's mean."""
-        import torch
         snapshot_per_update()
 
         def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
             loss, stats = original_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args)
             mean, old_mean, log_std, old_log_std = policies(agent, obs)
-            if args.norm_adv:
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
             surrogate = 0.0
             for new_logprob in (logprob(actions, mean, old_log_std), logprob(actions, old_mean, log_std)):
-                ratio = (new_logprob - old_logprobs).exp()
-                clipped = torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                surrogate = surrogate + torch.max(-advantages * ratio, -advantages * clipped).mean()
+                surrogate = surrogate + clipped_surrogate(new_logprob, old_logprobs, advantages, args)
             return loss - stats["policy_loss"] + surrogate, stats  # the joint surrogate replaced by the two
         ppo.ppo_loss = ppo_loss
 
@@ -150,11 +154,7 @@ def experiments(ppo):
             log_std = agent.actor_logstd.expand_as(mean)
             mean = torch.where(std_rows, mean.detach(), mean)
             log_std = torch.where(std_rows, log_std, log_std.detach())
-            if args.norm_adv:
-                advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-            ratio = (logprob(actions, mean, log_std) - old_logprobs).exp()
-            clipped = torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-            surrogate = torch.max(-advantages * ratio, -advantages * clipped).mean()
+            surrogate = clipped_surrogate(logprob(actions, mean, log_std), old_logprobs, advantages, args)
             return loss - stats["policy_loss"] + surrogate, stats
 
         def change():

@@ -648,7 +648,7 @@ def test_no_signal_bodies_have_no_reward_and_the_bare_command_trains_on_them(tmp
 
 
 @pytest.mark.parametrize("experiment, moves", [("baseline", True), ("std-frozen", False), ("decoupled", True),
-                                               ("held-out", True)])
+                                               ("held-out", True), ("held-out-envs", True)])
 def test_the_no_signal_test_bed_records_the_log_std_each_experiment_leaves(experiment, moves, tmp_path):
     """A short run of each kind: the result line and the CSV row give the log std's start, end and drift; an
     experiment that freezes the std leaves it exactly where it started, one that trains it moves it."""
