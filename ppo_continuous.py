@@ -48,7 +48,11 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     """PPO for Box actions: `python ppo_continuous.py --env-id Humanoid-v5`, then `tensorboard --logdir runs`; each
     run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. CleanRL's MuJoCo settings:
-    --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
+    --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95 --vf-coef 0.5
+
+    Images: an observation that is a uint8 Box of shape (H, W), (C, H, W) or (H, W, C) (the channels are the smaller
+    end: gray or color, stacked frames too; 36 x 36 at least) is an image, e.g. CarRacing-v3's. It goes through a
+    Nature CNN shared by actor and critic, with no observation normalization; the other defaults stay as they are."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -112,7 +116,7 @@ class Args:
     norm_reward: bool = True
     """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10]"""
     hidden_size: int = 64
-    """the width of the two hidden layers of the actor and of the critic"""
+    """the width of the two hidden layers of the actor and of the critic (vectors; an image's CNN ends in 512)"""
     init_log_std: float = -1.0
     """the log std the policy starts with (std 0.37; -0.5 suits Hopper, Walker2d, BipedalWalker and most DMC tasks)"""
 
@@ -159,10 +163,15 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None):
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
                                                   video_folder, film_first) for i in range(num_envs)])
     space = envs.single_observation_space  # Dict (DMC's position, velocity, ...) and Tuple: one vector, in key order
-    if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+    if not is_image(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
         envs = gym.wrappers.vector.FlattenObservation(envs)  # Discrete: one-hot
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns
     return CheckedEnvs(envs)  # run safety (below): the env's exceptions and non-finite numbers get one line
+
+
+def is_image(space):
+    """An image: a uint8 Box of shape (H, W), (C, H, W) or (H, W, C); the channels are the smaller end."""
+    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) in (2, 3)
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -171,11 +180,41 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     return layer
 
 
+class NatureCNN(nn.Module):
+    """Atari details: the Nature CNN (Mnih et al., 2015), pixels scaled to [0, 1], 512 features for both heads."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self.shape, channels = shape, 1 if len(shape) == 2 else min(shape[0], shape[-1])
+        self.net = nn.Sequential(
+            layer_init(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            features = self.net(self.channels_first(torch.zeros((1,) + shape))).shape[1]
+        self.net.extend([layer_init(nn.Linear(features, 512)), nn.ReLU()])
+
+    def channels_first(self, x):
+        if len(self.shape) == 2:
+            return x.unsqueeze(1)  # gray: one channel
+        return x.permute(0, 3, 1, 2) if self.shape[-1] < self.shape[0] else x
+
+    def forward(self, x):
+        return self.net(self.channels_first(x.float() / 255.0))  # the buffer keeps uint8 frames
+
+
 class Agent(nn.Module):
     def __init__(self, envs, hidden_size=64, init_log_std=-1.0):
         super().__init__()
-        obs_dim = int(np.prod(envs.single_observation_space.shape))
-        action_dim = int(np.prod(envs.single_action_space.shape))
+        space, action_dim = envs.single_observation_space, int(np.prod(envs.single_action_space.shape))
+        # continuous detail 2: a state-independent log standard deviation, a learned parameter
+        self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
+        if is_image(space):  # Atari details: one CNN shared by actor and critic, a linear head each
+            self.encoder = NatureCNN(space.shape)
+            self.critic = layer_init(nn.Linear(512, 1), std=1.0)
+            self.actor_mean = layer_init(nn.Linear(512, action_dim), std=0.01)
+            return
+        self.encoder, obs_dim = None, int(np.prod(space.shape))  # vectors go to the MLPs as they are
         # detail 13 / continuous detail 4: separate actor and critic networks, two tanh layers (64-64 by default)
         self.critic = nn.Sequential(
             layer_init(nn.Linear(obs_dim, hidden_size)),
@@ -191,16 +230,20 @@ class Agent(nn.Module):
             nn.Tanh(),
             layer_init(nn.Linear(hidden_size, action_dim), std=0.01),
         )
-        # continuous detail 2: a state-independent log standard deviation, a learned parameter
-        self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
+
+    def encode(self, x):
+        return x if self.encoder is None else self.encoder(x)
 
     def get_value(self, x):
-        return self.critic(x)
+        return self.critic(self.encode(x))
 
     def get_action(self, x, action=None):
-        """The policy at x: an action (sampled unless given), its log-probability, and the policy's entropy."""
+        return self.policy(self.encode(x), action)
+
+    def policy(self, hidden, action=None):
+        """The policy at encoded observations: an action (sampled unless given), its log-probability, the entropy."""
         # continuous detail 1: a normal distribution N(mean(x), std) for each action dimension
-        mean = self.actor_mean(x)
+        mean = self.actor_mean(hidden)
         log_std = self.actor_logstd.expand_as(mean)
         std = log_std.exp()
         if action is None:
@@ -211,7 +254,7 @@ class Agent(nn.Module):
 
     def act_deterministic(self, x):
         """For evaluation: the most probable action, the mean."""
-        return self.actor_mean(x)
+        return self.actor_mean(self.encode(x))
 
 
 class RunningMeanStd:
@@ -242,7 +285,7 @@ def normalize_obs(obs, obs_rms, enabled, update):
     """Continuous details 6 and 7: observation normalization with statistics shared by all sub-envs, then clip.
     update=False uses the statistics without changing them (evaluation)."""
     if not enabled:
-        return obs.astype(np.float32)
+        return obs if obs.dtype == np.uint8 else obs.astype(np.float32)  # images: uint8 frames, never normalized
     if update:
         obs_rms.update(obs)
     return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
@@ -302,8 +345,9 @@ def real_transitions(valid, *rollout):
 
 def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
     """The clipped PPO loss on one minibatch of real transitions, and its statistics (each one logged)."""
-    _, new_logprob, entropy = agent.get_action(obs, actions)
-    new_value = agent.get_value(obs).view(-1)
+    hidden = agent.encode(obs)  # an image's CNN runs once for both heads (vectors pass as they are)
+    _, new_logprob, entropy = agent.policy(hidden, actions)
+    new_value = agent.critic(hidden).view(-1)
     logratio = new_logprob - old_logprobs
     ratio = logratio.exp()
 
@@ -341,11 +385,14 @@ def train(args, checkpoint=None):
     run = Run(args, checkpoint, start_iteration, num_iterations)  # run safety (below): folder, logs, checkpoints
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_num_threads(1)  # a 64-64 MLP runs fastest on one thread; more threads only add overhead
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     seed = args.seed + start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
+    image = is_image(envs.single_observation_space)
+    norm_obs = args.norm_obs and not image  # continuous detail 6 is for vectors: an image is scaled by its CNN
+    # a 64-64 MLP runs fastest on one thread (more only add overhead); a CNN's update pays for every core
+    torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)
     args.gae_lambda = gae_lambda_for(envs.single_action_space, args.gae_lambda)  # kept by checkpoints from here on
     agent = Agent(envs, args.hidden_size, args.init_log_std).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
@@ -355,7 +402,8 @@ def train(args, checkpoint=None):
     state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
 
     # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
-    obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=np.float32)
+    obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape,
+                   dtype=np.uint8 if image else np.float32)  # frames stay uint8: a quarter of float32's memory
     actions = np.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, dtype=np.float32)
     logprobs, rewards, terminations, dones, valid = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
                                                      for _ in range(5))
@@ -364,7 +412,7 @@ def train(args, checkpoint=None):
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
         next_obs, _ = envs.reset(seed=seed)
-        next_obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=True)
+        next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True)
         next_done = np.zeros(args.num_envs, dtype=np.float32)
         for iteration in range(start_iteration, num_iterations + 1):
             optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
@@ -384,7 +432,7 @@ def train(args, checkpoint=None):
                 # continuous detail 5: the env gets the action clipped to its bounds; the buffer keeps the sampled one
                 next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], low, high))
                 next_done = np.logical_or(terminated, truncated).astype(np.float32)
-                next_obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=True)
+                next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True)
                 if args.norm_reward:
                     reward = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
                 rewards[step] = reward
@@ -397,7 +445,8 @@ def train(args, checkpoint=None):
             # The critic is fixed during the rollout, so its values are computed in one batch afterwards:
             # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row.
             with torch.no_grad():
-                values = agent.get_value(torch.from_numpy(obs).to(device)).view(args.num_steps, args.num_envs)
+                flat_obs = torch.from_numpy(obs.reshape((-1,) + obs.shape[2:])).to(device)
+                values = agent.get_value(flat_obs).view(args.num_steps, args.num_envs)
                 next_value = agent.get_value(torch.from_numpy(next_obs).to(device)).view(1, args.num_envs)
             next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
@@ -538,9 +587,14 @@ def check_env(args, env_kwargs):
     if not observations.is_np_flattenable:
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
              f"{SCRIPT} needs one that flattens into a vector")
-    for part in observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]:
-        if isinstance(part, gym.spaces.Box) and len(part.shape) == 3 and part.dtype == np.uint8:  # an image
-            fail(f"{args.env_id} observes images ({part}); {SCRIPT}'s networks take vectors: none for images yet")
+    parts = observations.values() if isinstance(observations, gym.spaces.Dict) else []
+    if any(is_image(part) for part in parts):  # never an image flattened into the MLP
+        fail(f"{args.env_id} observes an image beside other observations ({observations}); {SCRIPT} takes an image "
+             "alone or vectors: keep one part in a wrapper, e.g. gym.wrappers.FilterObservation")
+    shape = observations.shape if is_image(observations) else (36, 36)
+    pixels = shape if len(shape) == 2 else shape[1:] if shape[0] < shape[-1] else shape[:2]  # channels first or last
+    if min(pixels) < 36:
+        fail(f"{args.env_id} observes images of shape {shape}; {SCRIPT}'s Nature CNN needs 36 x 36 pixels or more")
 
 
 def envpool_has(env_id):
@@ -856,7 +910,8 @@ def evaluate(args, checkpoint):
     episodic_returns, cut_episodes, episode_return, episode_length = [], 0, 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
     while len(episodic_returns) < args.eval_episodes:
-        obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, args.norm_obs, update=False))
+        norm_obs = args.norm_obs and not is_image(envs.single_observation_space)
+        obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False))
         with torch.no_grad():
             action = agent.get_action(obs)[0] if args.eval_sample else agent.act_deterministic(obs)
         next_obs, reward, terminated, truncated, _ = envs.step(np.clip(action.numpy(), action_low, action_high))

@@ -48,7 +48,14 @@ class Args:
     """PPO for Discrete actions: `python ppo_discrete.py --env-id CartPole-v1`, then `tensorboard --logdir runs`; each
     run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. CleanRL's ppo.py settings (the defaults
     came from a benchmarks/tune.py study): --learning-rate 2.5e-4 --num-envs 4 --gae-lambda 0.95 --num-minibatches 4
-    --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5"""
+    --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5
+
+    Images: an observation that is a uint8 Box of shape (H, W), (C, H, W) or (H, W, C) (the channels are the smaller
+    end: gray or color, stacked frames too; 36 x 36 at least) is an image. It goes through a Nature CNN shared by actor
+    and critic, and the run takes IMAGE_DEFAULTS, CleanRL's Atari settings, for any of these flags not given:
+    --total-timesteps 10000000 --learning-rate 2.5e-4 --gae-lambda 0.95 --num-minibatches 4 --update-epochs 4
+    --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5. Atari (EnvPool's Pong-v5, ale-py's ALE/Pong-v5) also gets the
+    standard preprocessing; training ends an episode at a lost life and clips rewards, the logs show whole games."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -108,7 +115,7 @@ class Args:
     target_kl: Optional[float] = None
     """stop the update early when the approximate KL exceeds this (off when None)"""
     hidden_size: int = 64
-    """the width of the two hidden layers of the actor and of the critic"""
+    """the width of the two hidden layers of the actor and of the critic (vectors; an image's CNN ends in 512)"""
 
     checkpoint_interval: int = 25
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -124,19 +131,31 @@ class Args:
     """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically"""
 
 
+# Images get CleanRL's Atari settings (ppo_atari_envpool.py) instead of the defaults above; flags given still win.
+IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
+                  "update_epochs": 4, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5}
+
+
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
     def thunk():
-        if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array", **env_kwargs)
+        kwargs = {"render_mode": "rgb_array", **env_kwargs} if capture_video and idx == 0 else env_kwargs
+        ale = env_id.startswith("ALE/")  # ale-py's Atari games (pip install ale-py), registered when imported
+        if ale:
+            gym.register_envs(importlib.import_module("ale_py"))
+            kwargs = {"frameskip": 1, **kwargs}  # the preprocessing below skips frames (and max-pools)
+        env = gym.make(env_id, **kwargs)
+        if capture_video and idx == 0:  # filmed before preprocessing: every frame, in color
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
             trigger = (lambda episode: episode < film_first) if film_first else None
-            return gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
-        return gym.make(env_id, **env_kwargs)
+            env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
+        if ale:  # Atari details: up to 30 no-op starts, frame skip 4 with max-pooling, 84 x 84 gray, 4 frames stacked
+            env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=30), 4)
+        return env
 
     return thunk
 
 
-def make_envs(args, num_envs, video_folder, seed, film_first=None):
+def make_envs(args, num_envs, video_folder, seed, film_first=None, training=True):
     if args.capture_video:
         os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # else pygame says XDG_RUNTIME_DIR is invalid
     # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP, as EnvPool's
@@ -151,10 +170,33 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None):
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
                                                   video_folder, film_first) for i in range(num_envs)])
     space = envs.single_observation_space  # Dict and Tuple observations: one vector, in key order
-    if not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+    if not is_image(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
         envs = gym.wrappers.vector.FlattenObservation(envs)  # Discrete (FrozenLake-v1): one-hot
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns
+    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns (Atari: each whole game's score)
+    if training and (args.env_id.startswith("ALE/") or "episodic_life" in getattr(envs.unwrapped, "config", {})):
+        envs = AtariTraining(envs)
     return CheckedEnvs(envs)  # run safety (below): the env's exceptions and non-finite numbers get one line
+
+
+class AtariTraining(gym.vector.VectorWrapper):
+    """Atari details, for training only: a lost life ends the episode (a termination: no bootstrap) while the game
+    goes on, and each reward is clipped to its sign. The episode statistics, taken below this wrapper, stay whole."""
+
+    def reset(self, **kwargs):
+        obs, infos = self.env.reset(**kwargs)
+        self.lives = np.array(infos["lives"])
+        return obs, infos
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        life_lost = infos["lives"] < self.lives  # the next step is dropped from the update, as after an autoreset
+        self.lives = np.array(infos["lives"])
+        return obs, np.sign(rewards), terminations | life_lost, truncations, infos
+
+
+def is_image(space):
+    """An image: a uint8 Box of shape (H, W), (C, H, W) or (H, W, C); the channels are the smaller end."""
+    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) in (2, 3)
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -163,10 +205,39 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     return layer
 
 
+class NatureCNN(nn.Module):
+    """Atari details: the Nature CNN (Mnih et al., 2015), pixels scaled to [0, 1], 512 features for both heads."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self.shape, channels = shape, 1 if len(shape) == 2 else min(shape[0], shape[-1])
+        self.net = nn.Sequential(
+            layer_init(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten())
+        with torch.no_grad():
+            features = self.net(self.channels_first(torch.zeros((1,) + shape))).shape[1]
+        self.net.extend([layer_init(nn.Linear(features, 512)), nn.ReLU()])
+
+    def channels_first(self, x):
+        if len(self.shape) == 2:
+            return x.unsqueeze(1)  # gray: one channel
+        return x.permute(0, 3, 1, 2) if self.shape[-1] < self.shape[0] else x
+
+    def forward(self, x):
+        return self.net(self.channels_first(x.float() / 255.0))  # the buffer keeps uint8 frames
+
+
 class Agent(nn.Module):
     def __init__(self, envs, hidden_size=64):
         super().__init__()
-        obs_dim = int(np.prod(envs.single_observation_space.shape))
+        space, num_actions = envs.single_observation_space, envs.single_action_space.n
+        if is_image(space):  # Atari details: one CNN shared by actor and critic, a linear head each
+            self.encoder = NatureCNN(space.shape)
+            self.critic = layer_init(nn.Linear(512, 1), std=1.0)
+            self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
+            return
+        self.encoder, obs_dim = None, int(np.prod(space.shape))  # vectors go to the MLPs as they are
         # detail 13: separate actor and critic networks, two tanh layers (64-64 by default)
         self.critic = nn.Sequential(
             layer_init(nn.Linear(obs_dim, hidden_size)),
@@ -180,15 +251,21 @@ class Agent(nn.Module):
             nn.Tanh(),
             layer_init(nn.Linear(hidden_size, hidden_size)),
             nn.Tanh(),
-            layer_init(nn.Linear(hidden_size, envs.single_action_space.n), std=0.01),
+            layer_init(nn.Linear(hidden_size, num_actions), std=0.01),
         )
 
+    def encode(self, x):
+        return x if self.encoder is None else self.encoder(x)
+
     def get_value(self, x):
-        return self.critic(x)
+        return self.critic(self.encode(x))
 
     def get_action(self, x, action=None):
-        """The policy at x: an action (sampled unless given), its log-probability, and the policy's entropy."""
-        log_probs = torch.log_softmax(self.actor(x), dim=-1)  # the categorical distribution pi(.|x)
+        return self.policy(self.encode(x), action)
+
+    def policy(self, hidden, action=None):
+        """The policy at encoded observations: an action (sampled unless given), its log-probability, the entropy."""
+        log_probs = torch.log_softmax(self.actor(hidden), dim=-1)  # the categorical distribution pi(.|x)
         if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p (cheaper than multinomial)
             action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
         logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
@@ -196,7 +273,7 @@ class Agent(nn.Module):
 
     def act_deterministic(self, x):
         """For evaluation: the most probable action."""
-        return self.actor(x).argmax(dim=-1)
+        return self.actor(self.encode(x)).argmax(dim=-1)
 
 
 def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
@@ -229,8 +306,9 @@ def real_transitions(valid, *rollout):
 
 def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
     """The clipped PPO loss on one minibatch of real transitions, and its statistics (each one logged)."""
-    _, new_logprob, entropy = agent.get_action(obs, actions)
-    new_value = agent.get_value(obs).view(-1)
+    hidden = agent.encode(obs)  # an image's CNN runs once for both heads (vectors pass as they are)
+    _, new_logprob, entropy = agent.policy(hidden, actions)
+    new_value = agent.critic(hidden).view(-1)
     logratio = new_logprob - old_logprobs
     ratio = logratio.exp()
 
@@ -268,18 +346,21 @@ def train(args, checkpoint=None):
     run = Run(args, checkpoint, start_iteration, num_iterations)  # run safety (below): folder, logs, checkpoints
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_num_threads(1)  # a 64-64 MLP runs fastest on one thread; more threads only add overhead
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     seed = args.seed + start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
+    image = is_image(envs.single_observation_space)
+    # a 64-64 MLP runs fastest on one thread (more only add overhead); a CNN's update pays for every core
+    torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)
     agent = Agent(envs, args.hidden_size).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
     state = {"model": agent, "optimizer": optimizer}
 
     # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
-    obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape, dtype=np.float32)
+    obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape,
+                   dtype=np.uint8 if image else np.float32)  # frames stay uint8: a quarter of float32's memory
     actions = np.zeros((args.num_steps, args.num_envs), dtype=np.int64)
     logprobs, rewards, terminations, dones, valid = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
                                                      for _ in range(5))
@@ -315,8 +396,9 @@ def train(args, checkpoint=None):
             # The critic is fixed during the rollout, so its values are computed in one batch afterwards:
             # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row.
             with torch.no_grad():
-                values = agent.get_value(torch.from_numpy(obs).to(device)).view(args.num_steps, args.num_envs)
-                next_value = agent.get_value(torch.from_numpy(next_obs.astype(np.float32)).to(device)).view(1, -1)
+                flat_obs = torch.from_numpy(obs.reshape((-1,) + obs.shape[2:])).to(device)
+                values = agent.get_value(flat_obs).view(args.num_steps, args.num_envs)
+                next_value = agent.get_value(torch.from_numpy(next_obs.astype(obs.dtype)).to(device)).view(1, -1)
             next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
                                             args.gae_lambda)
@@ -354,6 +436,7 @@ def train(args, checkpoint=None):
 
 # ==================== Run safety: nothing below changes what PPO computes ====================
 
+ATARI_INSTALL = "pip install ale-py==0.12.1 opencv-python-headless==5.0.0.93"
 SCRIPT = os.path.basename(__file__)  # recorded in every checkpoint: a copy of this file is a script of its own
 # Ctrl-C, kill, a closed terminal, Ctrl-\, a scheduler's warning or CPU limit: each finishes the iteration and saves
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
@@ -387,7 +470,7 @@ def check_args(args):
         fail(f"--env-kwargs is not valid JSON ({e}): {args.env_kwargs}")
     if not isinstance(env_kwargs, dict):
         fail(f"--env-kwargs must be a JSON object such as '{{\"is_slippery\": false}}', got {args.env_kwargs}")
-    check_env(args, env_kwargs)  # the env's own problems are named before any complaint about sizes
+    observations = check_env(args, env_kwargs)  # the env's own problems are named before any complaint about sizes
     for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes",
                  "eval_max_steps", "hidden_size", "learning_rate", "clip_coef", "max_grad_norm"):
         if getattr(args, name) <= 0:
@@ -410,6 +493,7 @@ def check_args(args):
     ]:
         if not ok:
             fail(message)
+    return observations
 
 
 def check_env(args, env_kwargs):
@@ -423,6 +507,8 @@ def check_env(args, env_kwargs):
             fail("EnvPool cannot take --env-kwargs: drop it, or use --env-backend gymnasium")
         if args.capture_video:
             fail("EnvPool cannot take --capture-video: drop it, or use --env-backend gymnasium")
+    if args.env_id.startswith("ALE/") and not (importlib.util.find_spec("ale_py") and importlib.util.find_spec("cv2")):
+        fail(f"{args.env_id} needs ale-py and OpenCV: {ATARI_INSTALL}")
     try:
         if args.env_backend == "envpool":  # the engine's own spaces: EnvPool has ids that gymnasium does not know
             env = make_envs(args, 1, None, args.seed).unwrapped  # unwrapped: the spaces before they are flattened
@@ -456,9 +542,15 @@ def check_env(args, env_kwargs):
     if not observations.is_np_flattenable:
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
              f"{SCRIPT} needs one that flattens into a vector")
-    for part in observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]:
-        if isinstance(part, gym.spaces.Box) and len(part.shape) == 3 and part.dtype == np.uint8:  # an image
-            fail(f"{args.env_id} observes images ({part}); {SCRIPT}'s networks take vectors: none for images yet")
+    parts = observations.values() if isinstance(observations, gym.spaces.Dict) else []
+    if any(is_image(part) for part in parts):  # never an image flattened into the MLP
+        fail(f"{args.env_id} observes an image beside other observations ({observations}); {SCRIPT} takes an image "
+             "alone or vectors: keep one part in a wrapper, e.g. gym.wrappers.FilterObservation")
+    shape = observations.shape if is_image(observations) else (36, 36)
+    pixels = shape if len(shape) == 2 else shape[1:] if shape[0] < shape[-1] else shape[:2]  # channels first or last
+    if min(pixels) < 36:
+        fail(f"{args.env_id} observes images of shape {shape}; {SCRIPT}'s Nature CNN needs 36 x 36 pixels or more")
+    return observations
 
 
 def envpool_has(env_id):
@@ -530,7 +622,9 @@ def parse_args():
         args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
         if ":" in args.env_id and args.env_id != command_line_env:  # gym.make would import the module before the colon
             fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
-    check_args(args)
+    if is_image(check_args(args)) and not checkpoint:  # images: IMAGE_DEFAULTS, flags on the command line still win
+        args = tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
+        check_args(args)
     return args, checkpoint
 
 
@@ -766,7 +860,7 @@ def evaluate(args, checkpoint):
     """Run the saved agent deterministically (the most probable action)."""
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
-    envs = make_envs(args, 1, video_folder, args.seed, film_first=args.eval_episodes)
+    envs = make_envs(args, 1, video_folder, args.seed, film_first=args.eval_episodes, training=False)
     agent = Agent(envs, args.hidden_size)
     restore(checkpoint, {"model": agent}, args.env_id)
     episodic_returns, cut_episodes, episode_return, episode_length = [], 0, 0.0, 0
