@@ -163,15 +163,19 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None):
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
                                                   video_folder, film_first) for i in range(num_envs)])
     space = envs.single_observation_space  # Dict (DMC's position, velocity, ...) and Tuple: one vector, in key order
-    if not is_image(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+    if not image_shape(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
         envs = gym.wrappers.vector.FlattenObservation(envs)  # Discrete: one-hot
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns
     return CheckedEnvs(envs)  # run safety (below): the env's exceptions and non-finite numbers get one line
 
 
-def is_image(space):
-    """An image: a uint8 Box of shape (H, W), (C, H, W) or (H, W, C); the channels are the smaller end."""
-    return isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 and len(space.shape) in (2, 3)
+def image_shape(space):
+    """An image's (channels, height, width); None if the space is not an image: a uint8 Box of shape (H, W),
+    (C, H, W) or (H, W, C), the channels at the smaller end (gray or color, stacked frames too)."""
+    shape = space.shape if isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 else ()
+    if len(shape) not in (2, 3):
+        return None
+    return (1, *shape) if len(shape) == 2 else shape if shape[0] <= shape[-1] else (shape[-1], *shape[:2])
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -180,27 +184,19 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     return layer
 
 
-class NatureCNN(nn.Module):
-    """Atari details: the Nature CNN (Mnih et al., 2015), pixels scaled to [0, 1], 512 features for both heads."""
+class NatureCNN(nn.Sequential):
+    """Atari details: the Nature CNN (Mnih et al., 2015) on pixels scaled to [0, 1], 512 features for both heads."""
 
-    def __init__(self, shape):
-        super().__init__()
-        self.shape, channels = shape, 1 if len(shape) == 2 else min(shape[0], shape[-1])
-        self.net = nn.Sequential(
-            layer_init(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
-            layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-            layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten())
-        with torch.no_grad():
-            features = self.net(self.channels_first(torch.zeros((1,) + shape))).shape[1]
-        self.net.extend([layer_init(nn.Linear(features, 512)), nn.ReLU()])
+    def __init__(self, channels, height, width):
+        convs = [layer_init(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
+                 layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+                 layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten()]
+        features = nn.Sequential(*convs)(torch.zeros(1, channels, height, width)).shape[1]
+        super().__init__(*convs, layer_init(nn.Linear(features, 512)), nn.ReLU())
 
-    def channels_first(self, x):
-        if len(self.shape) == 2:
-            return x.unsqueeze(1)  # gray: one channel
-        return x.permute(0, 3, 1, 2) if self.shape[-1] < self.shape[0] else x
-
-    def forward(self, x):
-        return self.net(self.channels_first(x.float() / 255.0))  # the buffer keeps uint8 frames
+    def forward(self, x):  # uint8 frames (the buffer's) of shape (N, H, W), (N, C, H, W) or (N, H, W, C)
+        x = x.unsqueeze(1) if x.dim() == 3 else x if x.shape[1] == self[0].in_channels else x.movedim(-1, 1)
+        return super().forward(x.float() / 255.0)
 
 
 class Agent(nn.Module):
@@ -209,8 +205,8 @@ class Agent(nn.Module):
         space, action_dim = envs.single_observation_space, int(np.prod(envs.single_action_space.shape))
         # continuous detail 2: a state-independent log standard deviation, a learned parameter
         self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
-        if is_image(space):  # Atari details: one CNN shared by actor and critic, a linear head each
-            self.encoder = NatureCNN(space.shape)
+        if image_shape(space):  # Atari details: one CNN shared by actor and critic, a linear head each
+            self.encoder = NatureCNN(*image_shape(space))
             self.critic = layer_init(nn.Linear(512, 1), std=1.0)
             self.actor_mean = layer_init(nn.Linear(512, action_dim), std=0.01)
             return
@@ -389,7 +385,7 @@ def train(args, checkpoint=None):
 
     seed = args.seed + start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
-    image = is_image(envs.single_observation_space)
+    image = image_shape(envs.single_observation_space) is not None
     norm_obs = args.norm_obs and not image  # continuous detail 6 is for vectors: an image is scaled by its CNN
     # a 64-64 MLP runs fastest on one thread (more only add overhead); a CNN's update pays for every core
     torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)
@@ -588,13 +584,11 @@ def check_env(args, env_kwargs):
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
              f"{SCRIPT} needs one that flattens into a vector")
     parts = observations.values() if isinstance(observations, gym.spaces.Dict) else []
-    if any(is_image(part) for part in parts):  # never an image flattened into the MLP
+    if any(image_shape(part) for part in parts):  # never an image flattened into the MLP
         fail(f"{args.env_id} observes an image beside other observations ({observations}); {SCRIPT} takes an image "
              "alone or vectors: keep one part in a wrapper, e.g. gym.wrappers.FilterObservation")
-    shape = observations.shape if is_image(observations) else (36, 36)
-    pixels = shape if len(shape) == 2 else shape[1:] if shape[0] < shape[-1] else shape[:2]  # channels first or last
-    if min(pixels) < 36:
-        fail(f"{args.env_id} observes images of shape {shape}; {SCRIPT}'s Nature CNN needs 36 x 36 pixels or more")
+    if image_shape(observations) and min(image_shape(observations)[1:]) < 36:
+        fail(f"{args.env_id} observes images ({observations}); {SCRIPT}'s Nature CNN needs 36 x 36 pixels or more")
 
 
 def envpool_has(env_id):
@@ -910,7 +904,7 @@ def evaluate(args, checkpoint):
     episodic_returns, cut_episodes, episode_return, episode_length = [], 0, 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
     while len(episodic_returns) < args.eval_episodes:
-        norm_obs = args.norm_obs and not is_image(envs.single_observation_space)
+        norm_obs = args.norm_obs and not image_shape(envs.single_observation_space)
         obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False))
         with torch.no_grad():
             action = agent.get_action(obs)[0] if args.eval_sample else agent.act_deterministic(obs)

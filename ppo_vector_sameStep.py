@@ -52,7 +52,15 @@ from torch.utils.tensorboard import SummaryWriter
 @dataclass
 class Args:
     """PPO with same-step autoreset in worker processes: `python ppo_vector_sameStep.py --env-id Pendulum-v1`, then
-    `tensorboard --logdir runs`; each run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/."""
+    `tensorboard --logdir runs`; each run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/.
+
+    Images: an observation that is a uint8 Box of shape (H, W), (C, H, W) or (H, W, C) (the channels are the smaller
+    end: gray or color, stacked frames too; 36 x 36 at least) is an image. It goes through a Nature CNN shared by actor
+    and critic, with no observation normalization, and the run takes IMAGE_DEFAULTS, CleanRL's Atari settings, for
+    any of these flags not given: --total-timesteps 10000000 --learning-rate 2.5e-4 --gae-lambda 0.95
+    --num-minibatches 4 --update-epochs 4 --clip-coef 0.1 --ent-coef 0.01 --vf-coef 0.5. ale-py's Atari ids
+    (ALE/Pong-v5) also get the standard preprocessing; training ends an episode at a lost life and clips rewards,
+    the logs show whole games."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -116,7 +124,7 @@ class Args:
     norm_reward: bool = True
     """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10]"""
     hidden_size: int = 64
-    """the width of the two hidden layers of the actor and of the critic"""
+    """the width of the two hidden layers of the actor and of the critic (vectors; an image's CNN ends in 512)"""
     init_log_std: float = -1.0
     """Box actions: the log standard deviation the policy starts with (0: std 1; Humanoid's lie in [-0.4, 0.4])"""
 
@@ -134,20 +142,31 @@ class Args:
     """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically"""
 
 
+# Images get CleanRL's Atari settings (ppo_atari_envpool.py) instead of the defaults above; flags given still win.
+IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
+                  "update_epochs": 4, "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5}
+
+
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
     def thunk():
         if multiprocessing.parent_process() is not None:  # in a worker process (async mode)
             # a stop to the whole group is the main process's to act on (SIGTERM stays fatal: it is how workers stop)
             for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
                 signal.signal(sig, signal.SIG_IGN)
-        if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array", **env_kwargs)
+        kwargs = {"render_mode": "rgb_array", **env_kwargs} if capture_video and idx == 0 else env_kwargs
+        ale = env_id.startswith("ALE/")  # ale-py's Atari games (pip install ale-py), registered when imported
+        if ale:
+            gym.register_envs(importlib.import_module("ale_py"))
+            kwargs = {"frameskip": 1, **kwargs}  # the preprocessing below skips frames (and max-pools)
+        env = gym.make(env_id, **kwargs)
+        if capture_video and idx == 0:  # filmed before preprocessing: every frame, in color
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
             trigger = (lambda episode: episode < film_first) if film_first else None
             env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
-        else:
-            env = gym.make(env_id, **env_kwargs)
-        if not isinstance(env.observation_space, gym.spaces.Box) or len(env.observation_space.shape) != 1:
+        if ale:  # Atari details: up to 30 no-op starts, frame skip 4 with max-pooling, 84 x 84 gray, 4 frames stacked
+            env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=30), 4)
+        space = env.observation_space
+        if not image_shape(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
             # in each sub-env, as gymnasium's vector FlattenObservation refuses SAME_STEP autoreset
             env = gym.wrappers.FlattenObservation(env)  # Dict and Tuple: one vector, in key order; Discrete: one-hot
         # per sub-env statistics: under SAME_STEP they arrive in infos["final_info"]["episode"] (raw returns)
@@ -156,7 +175,7 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
     return thunk
 
 
-def make_envs(args, num_envs, video_folder, mode, film_first=None):
+def make_envs(args, num_envs, video_folder, mode, film_first=None, training=True):
     if args.capture_video and not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")  # render MuJoCo without a display
     if args.capture_video:
@@ -166,7 +185,34 @@ def make_envs(args, num_envs, video_folder, mode, film_first=None):
     # detail 1: vectorized architecture, here with SAME_STEP autoreset
     vector_env = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
     envs = vector_env(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    if training and args.env_id.startswith("ALE/"):
+        envs = AtariTraining(envs)
     return CheckedEnvs(envs, args.env_timeout)  # run safety (below): the env's exceptions, hangs and non-finite numbers
+
+
+class AtariTraining(gym.vector.VectorWrapper):
+    """Atari details, for training only: a lost life ends the episode (a termination: no bootstrap) while the game
+    goes on, and each reward is clipped to its sign. The episode statistics, taken below this wrapper, stay whole."""
+
+    def reset(self, **kwargs):
+        obs, infos = self.env.reset(**kwargs)
+        self.lives = np.array(infos["lives"])
+        return obs, infos
+
+    def step(self, actions):
+        obs, rewards, terminations, truncations, infos = self.env.step(actions)
+        life_lost = infos["lives"] < self.lives  # the next step is dropped from the update, as after an autoreset
+        self.lives = np.array(infos["lives"])
+        return obs, np.sign(rewards), terminations | life_lost, truncations, infos
+
+
+def image_shape(space):
+    """An image's (channels, height, width); None if the space is not an image: a uint8 Box of shape (H, W),
+    (C, H, W) or (H, W, C), the channels at the smaller end (gray or color, stacked frames too)."""
+    shape = space.shape if isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 else ()
+    if len(shape) not in (2, 3):
+        return None
+    return (1, *shape) if len(shape) == 2 else shape if shape[0] <= shape[-1] else (shape[-1], *shape[:2])
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -175,12 +221,34 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     return layer
 
 
+class NatureCNN(nn.Sequential):
+    """Atari details: the Nature CNN (Mnih et al., 2015) on pixels scaled to [0, 1], 512 features for both heads."""
+
+    def __init__(self, channels, height, width):
+        convs = [layer_init(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
+                 layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
+                 layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten()]
+        features = nn.Sequential(*convs)(torch.zeros(1, channels, height, width)).shape[1]
+        super().__init__(*convs, layer_init(nn.Linear(features, 512)), nn.ReLU())
+
+    def forward(self, x):  # uint8 frames (the buffer's) of shape (N, H, W), (N, C, H, W) or (N, H, W, C)
+        x = x.unsqueeze(1) if x.dim() == 3 else x if x.shape[1] == self[0].in_channels else x.movedim(-1, 1)
+        return super().forward(x.float() / 255.0)
+
+
 class Agent(nn.Module):
     def __init__(self, envs, hidden_size=64, init_log_std=-1.0):
         super().__init__()
-        obs_dim = int(np.prod(envs.single_observation_space.shape))
-        self.discrete = isinstance(envs.single_action_space, gym.spaces.Discrete)
+        space, self.discrete = envs.single_observation_space, isinstance(envs.single_action_space, gym.spaces.Discrete)
         action_dim = envs.single_action_space.n if self.discrete else int(np.prod(envs.single_action_space.shape))
+        if not self.discrete:  # continuous detail 2: a state-independent log standard deviation
+            self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
+        if image_shape(space):  # Atari details: one CNN shared by actor and critic, a linear head each
+            self.encoder = NatureCNN(*image_shape(space))
+            self.critic = layer_init(nn.Linear(512, 1), std=1.0)
+            self.actor = layer_init(nn.Linear(512, action_dim), std=0.01)
+            return
+        self.encoder, obs_dim = None, int(np.prod(space.shape))  # vectors go to the MLPs as they are
         # detail 13: separate actor and critic networks, two tanh layers (64-64 by default)
         self.critic = nn.Sequential(
             layer_init(nn.Linear(obs_dim, hidden_size)),
@@ -197,22 +265,26 @@ class Agent(nn.Module):
             nn.Tanh(),
             layer_init(nn.Linear(hidden_size, action_dim), std=0.01),
         )
-        if not self.discrete:  # continuous detail 2: a state-independent log standard deviation
-            self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
+
+    def encode(self, x):
+        return x if self.encoder is None else self.encoder(x)
 
     def get_value(self, x):
-        return self.critic(x)
+        return self.critic(self.encode(x))
 
     def get_action(self, x, action=None):
-        """The policy at x: an action (sampled unless given), its log-probability, and the policy's entropy."""
+        return self.policy(self.encode(x), action)
+
+    def policy(self, hidden, action=None):
+        """The policy at encoded observations: an action (sampled unless given), its log-probability, the entropy."""
         if self.discrete:
-            log_probs = torch.log_softmax(self.actor(x), dim=-1)  # the categorical distribution pi(.|x)
+            log_probs = torch.log_softmax(self.actor(hidden), dim=-1)  # the categorical distribution pi(.|x)
             if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p
                 action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
             logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
             return action, logprob, -(log_probs.exp() * log_probs).sum(-1)
         # continuous details 1 and 3: a normal distribution per action dimension, log-probabilities summed
-        mean = self.actor(x)
+        mean = self.actor(hidden)
         log_std = self.actor_logstd.expand_as(mean)
         std = log_std.exp()
         if action is None:
@@ -222,7 +294,8 @@ class Agent(nn.Module):
 
     def act_deterministic(self, x):
         """For evaluation: the most probable action (Discrete) or the mean (Box)."""
-        return self.actor(x).argmax(dim=-1) if self.discrete else self.actor(x)
+        output = self.actor(self.encode(x))
+        return output.argmax(dim=-1) if self.discrete else output
 
 
 class RunningMeanStd:
@@ -253,7 +326,7 @@ def normalize_obs(obs, obs_rms, enabled, update):
     """Continuous details 6 and 7: observation normalization with statistics shared by all sub-envs, then clip.
     update=False uses the statistics without changing them (evaluation)."""
     if not enabled:
-        return obs.astype(np.float32)
+        return obs if obs.dtype == np.uint8 else obs.astype(np.float32)  # images: uint8 frames, never normalized
     if update:
         obs_rms.update(obs)
     return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
@@ -303,8 +376,9 @@ def compute_advantages(rewards, values, next_values, terminations, dones, gamma,
 
 def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
     """The clipped PPO loss on one minibatch, and its statistics (each one logged)."""
-    _, new_logprob, entropy = agent.get_action(obs, actions)
-    new_value = agent.get_value(obs).view(-1)
+    hidden = agent.encode(obs)  # an image's CNN runs once for both heads (vectors pass as they are)
+    _, new_logprob, entropy = agent.policy(hidden, actions)
+    new_value = agent.critic(hidden).view(-1)
     logratio = new_logprob - old_logprobs
     ratio = logratio.exp()
 
@@ -342,10 +416,13 @@ def train(args, checkpoint=None):
     run = Run(args, checkpoint, start_iteration, num_iterations)  # run safety (below): folder, logs, checkpoints
     torch.manual_seed(args.seed)
     torch.backends.cudnn.deterministic = args.torch_deterministic
-    torch.set_num_threads(1)  # a 64-64 MLP runs fastest on one thread; more threads only add overhead
     device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
 
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), args.vectorization_mode)
+    image = image_shape(envs.single_observation_space) is not None
+    norm_obs = args.norm_obs and not image  # continuous detail 6 is for vectors: an image is scaled by its CNN
+    # a 64-64 MLP runs fastest on one thread (more only add overhead); a CNN's update pays for every core
+    torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)
     args.gae_lambda = gae_lambda_for(envs.single_action_space, args.gae_lambda)  # kept by checkpoints from here on
     agent = Agent(envs, args.hidden_size, args.init_log_std).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
@@ -356,8 +433,9 @@ def train(args, checkpoint=None):
 
     # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
     obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
-    obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=np.float32)
-    final_obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=np.float32)  # normalized, at episode ends
+    obs_dtype = np.uint8 if image else np.float32  # frames stay uint8: a quarter of float32's memory
+    obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=obs_dtype)
+    final_obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=obs_dtype)  # normalized, at episode ends
     actions = np.zeros((args.num_steps, args.num_envs) + action_shape, dtype=np.int64 if agent.discrete else np.float32)
     logprobs, rewards, terminations, dones = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
                                               for _ in range(4))
@@ -368,7 +446,7 @@ def train(args, checkpoint=None):
         global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
         # A resumed run starts fresh episodes, seeded apart from the original run's first ones.
         next_obs, _ = envs.reset(seed=args.seed + start_iteration - 1)
-        next_obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=True)
+        next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True)
         for iteration in range(start_iteration, num_iterations + 1):
             optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
 
@@ -390,11 +468,11 @@ def train(args, checkpoint=None):
                     # infos["final_obs"]. Normalize it with the same statistics as every other observation.
                     true_last_obs = next_obs.copy()
                     true_last_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
-                    final_obs[step] = normalize_obs(true_last_obs, obs_rms, args.norm_obs, update=False)
+                    final_obs[step] = normalize_obs(true_last_obs, obs_rms, norm_obs, update=False)
                     episode, ended = infos["final_info"]["episode"], infos["final_info"]["_episode"]
                     for i in np.flatnonzero(ended):
                         run.log_episode(episode["r"][i], episode["l"][i], global_step)
-                next_obs = normalize_obs(next_obs, obs_rms, args.norm_obs, update=True)
+                next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True)
                 if args.norm_reward:
                     reward = reward_scaler.scale(reward, real=every_env, done=next_done)
                 rewards[step] = reward
@@ -403,9 +481,11 @@ def train(args, checkpoint=None):
 
             # The critic is fixed in the rollout: its values in one batch after it (next_values: see compute_advantages)
             with torch.no_grad():
-                values = agent.get_value(torch.from_numpy(obs).to(device)).view(args.num_steps, args.num_envs)
+                flat_obs = torch.from_numpy(obs.reshape((-1,) + obs_shape)).to(device)
+                values = agent.get_value(flat_obs).view(args.num_steps, args.num_envs)
                 next_value = agent.get_value(torch.from_numpy(next_obs).to(device)).view(1, args.num_envs)
-                final_values = agent.get_value(torch.from_numpy(final_obs).to(device)).view(args.num_steps, -1)
+                flat_final_obs = torch.from_numpy(final_obs.reshape((-1,) + obs_shape)).to(device)
+                final_values = agent.get_value(flat_final_obs).view(args.num_steps, -1)
             values, following = values.cpu().numpy(), torch.cat([values[1:], next_value]).cpu().numpy()
             next_values = np.where(dones > 0, final_values.cpu().numpy(), following)
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
@@ -478,7 +558,7 @@ def check_args(args):
         fail(f"--env-kwargs is not valid JSON ({e}): {args.env_kwargs}")
     if not isinstance(env_kwargs, dict):
         fail(f"--env-kwargs must be a JSON object such as '{{\"continuous\": true}}', got {args.env_kwargs}")
-    check_env(args, env_kwargs)  # the env's own problems are named before any complaint about sizes
+    observations = check_env(args, env_kwargs)  # the env's own problems are named before any complaint about sizes
     for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes",
                  "eval_max_steps", "hidden_size", "learning_rate", "clip_coef", "max_grad_norm", "env_timeout"):
         if getattr(args, name) <= 0:
@@ -500,11 +580,14 @@ def check_args(args):
     ]:
         if not ok:
             fail(message)
+    return observations
 
 
 def check_env(args, env_kwargs):
     """Make one env before training: an unknown id, keyword arguments it does not take and spaces this
     script cannot train get one line, and the sub-environments are made only once these pass."""
+    if args.env_id.startswith("ALE/") and not (importlib.util.find_spec("ale_py") and importlib.util.find_spec("cv2")):
+        fail(f"{args.env_id} needs ale-py and OpenCV: pip install ale-py==0.12.1 opencv-python-headless==5.0.0.93")
     try:
         rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
         env = make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None)()
@@ -536,9 +619,13 @@ def check_env(args, env_kwargs):
     if not observations.is_np_flattenable:
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
              f"{SCRIPT} needs one that flattens into a vector")
-    for part in observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]:
-        if isinstance(part, gym.spaces.Box) and len(part.shape) == 3 and part.dtype == np.uint8:  # an image
-            fail(f"{args.env_id} observes images ({part}); {SCRIPT}'s networks take vectors: none for images yet")
+    parts = observations.values() if isinstance(observations, gym.spaces.Dict) else []
+    if any(image_shape(part) for part in parts):  # never an image flattened into the MLP
+        fail(f"{args.env_id} observes an image beside other observations ({observations}); {SCRIPT} takes an image "
+             "alone or vectors: keep one part in a wrapper, e.g. gym.wrappers.FilterObservation")
+    if image_shape(observations) and min(image_shape(observations)[1:]) < 36:
+        fail(f"{args.env_id} observes images ({observations}); {SCRIPT}'s Nature CNN needs 36 x 36 pixels or more")
+    return observations
 
 
 def envpool_has(env_id):
@@ -611,7 +698,9 @@ def parse_args():
         args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
         if ":" in args.env_id and args.env_id != command_line_env:  # gym.make would import the module before the colon
             fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
-    check_args(args)
+    if image_shape(check_args(args)) and not checkpoint:  # images: IMAGE_DEFAULTS, flags on the command line still win
+        args = tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
+        check_args(args)
     return args, checkpoint
 
 
@@ -897,14 +986,15 @@ def evaluate(args, checkpoint):
     """Run the saved agent deterministically (likeliest action or mean) with frozen normalization statistics."""
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
-    envs = make_envs(args, 1, video_folder, "sync", film_first=args.eval_episodes)
+    envs = make_envs(args, 1, video_folder, "sync", film_first=args.eval_episodes, training=False)
     agent = Agent(envs, args.hidden_size, args.init_log_std)
     obs_rms = RunningMeanStd(envs.single_observation_space.shape)
     restore(checkpoint, {"model": agent, "obs_rms": obs_rms}, args.env_id)  # continuous detail 6: statistics frozen
     episodic_returns, cut_episodes, episode_return, episode_length = [], 0, 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
     while len(episodic_returns) < args.eval_episodes:
-        obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, args.norm_obs, update=False))
+        norm_obs = args.norm_obs and not image_shape(envs.single_observation_space)
+        obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False))
         with torch.no_grad():
             action = agent.get_action(obs)[0] if args.eval_sample else agent.act_deterministic(obs)
         action = action.numpy() if agent.discrete else np.clip(action.numpy(), envs.single_action_space.low,

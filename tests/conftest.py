@@ -102,7 +102,7 @@ class SpacesEnv(gym.Env):
 
 
 BOX2 = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-IMAGE = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)  # what the scripts refuse: their networks take vectors
+IMAGE = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)  # an image too small for the Nature CNN: refused
 KEY_ORDER = gym.spaces.Dict([("position", BOX2), ("mode", gym.spaces.Discrete(3))])  # pairs: kept in this order
 for name, observations, actions in (
     ("DictObservations", gym.spaces.Dict({"position": BOX2, "mode": gym.spaces.Discrete(3)}), BOX2),

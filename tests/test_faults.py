@@ -182,9 +182,10 @@ FAULTS = [
           r"and float Box actions", ("--env-id", "{env:DiscreteFromOne}")),
     Fault("observations that do not flatten", r"has a Sequence observation space; .* needs one that flattens into a vector",
           ("--env-id", "{env:SequenceObservations}")),
-    Fault("image observations", r"observes images \(Box\(0, 255, \(8, 8, 3\), uint8\)\); {script}'s networks take vectors: "
-          r"none for images yet$", ("--env-id", "{env:ImageObservations}")),
-    Fault("an image among Dict observations", r"observes images \(Box\(0, 255, \(8, 8, 3\), uint8\)\)",
+    Fault("images too small for the CNN", r"observes images \(Box\(0, 255, \(8, 8, 3\), uint8\)\); {script}'s Nature CNN "
+          r"needs 36 x 36 pixels or more$", ("--env-id", "{env:ImageObservations}")),
+    Fault("an image among Dict observations", r"observes an image beside other observations \(Dict\(.*\)\); {script} takes "
+          r"an image alone or vectors: keep one part in a wrapper, e.g. gym.wrappers.FilterObservation$",
           ("--env-id", "{env:DictImageObservations}")),
     # bad checkpoints
     Fault("missing checkpoint", r"checkpoint not found: nowhere.pt", checkpoint=("missing",)),
