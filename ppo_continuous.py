@@ -50,9 +50,8 @@ class Args:
     run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. CleanRL's MuJoCo settings:
     --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95 --vf-coef 0.5
 
-    Images: an observation that is a uint8 Box of shape (H, W), (C, H, W) or (H, W, C) (the channels are the smaller
-    end: gray or color, stacked frames too; 36 x 36 at least) is an image, e.g. CarRacing-v3's. It goes through a
-    Nature CNN shared by actor and critic, with no observation normalization; the other defaults stay as they are."""
+    Images (uint8, (H, W), (C, H, W) or (H, W, C), 36 x 36 or more; CarRacing-v3) go to a Nature CNN, unnormalized;
+    the other defaults stay as they are."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -170,8 +169,7 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None):
 
 
 def image_shape(space):
-    """An image's (channels, height, width); None if the space is not an image: a uint8 Box of shape (H, W),
-    (C, H, W) or (H, W, C), the channels at the smaller end (gray or color, stacked frames too)."""
+    """(channels, height, width) of an image, a uint8 Box of 2 or 3 dimensions (channels the smaller end); else None."""
     shape = space.shape if isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 else ()
     if len(shape) not in (2, 3):
         return None
@@ -188,9 +186,8 @@ class NatureCNN(nn.Sequential):
     """Atari details: the Nature CNN (Mnih et al., 2015) on pixels scaled to [0, 1], 512 features for both heads."""
 
     def __init__(self, channels, height, width):
-        convs = [layer_init(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
-                 layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-                 layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten()]
+        convs = [layer_init(nn.Conv2d(channels, 32, 8, 4)), nn.ReLU(), layer_init(nn.Conv2d(32, 64, 4, 2)), nn.ReLU(),
+                 layer_init(nn.Conv2d(64, 64, 3, 1)), nn.ReLU(), nn.Flatten()]  # arguments: in, out, kernel, stride
         features = nn.Sequential(*convs)(torch.zeros(1, channels, height, width)).shape[1]
         super().__init__(*convs, layer_init(nn.Linear(features, 512)), nn.ReLU())
 
@@ -387,8 +384,7 @@ def train(args, checkpoint=None):
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
     image = image_shape(envs.single_observation_space) is not None
     norm_obs = args.norm_obs and not image  # continuous detail 6 is for vectors: an image is scaled by its CNN
-    # a 64-64 MLP runs fastest on one thread (more only add overhead); a CNN's update pays for every core
-    torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)
+    torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)  # a CNN gains from every core, an MLP does not
     args.gae_lambda = gae_lambda_for(envs.single_action_space, args.gae_lambda)  # kept by checkpoints from here on
     agent = Agent(envs, args.hidden_size, args.init_log_std).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5

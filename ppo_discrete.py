@@ -50,12 +50,10 @@ class Args:
     came from a benchmarks/tune.py study): --learning-rate 2.5e-4 --num-envs 4 --gae-lambda 0.95 --num-minibatches 4
     --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5
 
-    Images: an observation that is a uint8 Box of shape (H, W), (C, H, W) or (H, W, C) (the channels are the smaller
-    end: gray or color, stacked frames too; 36 x 36 at least) is an image. It goes through a Nature CNN shared by actor
-    and critic, and the run takes IMAGE_DEFAULTS, CleanRL's Atari settings, for any of these flags not given:
-    --total-timesteps 10000000 --learning-rate 2.5e-4 --gae-lambda 0.95 --num-minibatches 4 --update-epochs 4
-    --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5. Atari (EnvPool's Pong-v5, ale-py's ALE/Pong-v5) also gets the
-    standard preprocessing; training ends an episode at a lost life and clips rewards, the logs show whole games."""
+    Images (uint8, (H, W), (C, H, W) or (H, W, C), 36 x 36 or more) go to a Nature CNN, and flags not given take
+    IMAGE_DEFAULTS: --total-timesteps 10000000 --learning-rate 2.5e-4 --gae-lambda 0.95 --num-minibatches 4
+    --update-epochs 4 --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5. Atari (Pong-v5 on EnvPool, ALE/Pong-v5)
+    is preprocessed as is standard; training ends an episode at a lost life and clips rewards; logs keep whole games."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -131,9 +129,8 @@ class Args:
     """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically"""
 
 
-# Images get CleanRL's Atari settings (ppo_atari_envpool.py) instead of the defaults above; flags given still win.
 IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
-                  "update_epochs": 4, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5}
+                  "update_epochs": 4, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5}  # CleanRL's for Atari
 
 
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
@@ -195,8 +192,7 @@ class AtariTraining(gym.vector.VectorWrapper):
 
 
 def image_shape(space):
-    """An image's (channels, height, width); None if the space is not an image: a uint8 Box of shape (H, W),
-    (C, H, W) or (H, W, C), the channels at the smaller end (gray or color, stacked frames too)."""
+    """(channels, height, width) of an image, a uint8 Box of 2 or 3 dimensions (channels the smaller end); else None."""
     shape = space.shape if isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 else ()
     if len(shape) not in (2, 3):
         return None
@@ -213,9 +209,8 @@ class NatureCNN(nn.Sequential):
     """Atari details: the Nature CNN (Mnih et al., 2015) on pixels scaled to [0, 1], 512 features for both heads."""
 
     def __init__(self, channels, height, width):
-        convs = [layer_init(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
-                 layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-                 layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten()]
+        convs = [layer_init(nn.Conv2d(channels, 32, 8, 4)), nn.ReLU(), layer_init(nn.Conv2d(32, 64, 4, 2)), nn.ReLU(),
+                 layer_init(nn.Conv2d(64, 64, 3, 1)), nn.ReLU(), nn.Flatten()]  # arguments: in, out, kernel, stride
         features = nn.Sequential(*convs)(torch.zeros(1, channels, height, width)).shape[1]
         super().__init__(*convs, layer_init(nn.Linear(features, 512)), nn.ReLU())
 
@@ -347,8 +342,7 @@ def train(args, checkpoint=None):
     seed = args.seed + start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
     image = image_shape(envs.single_observation_space) is not None
-    # a 64-64 MLP runs fastest on one thread (more only add overhead); a CNN's update pays for every core
-    torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)
+    torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)  # a CNN gains from every core, an MLP does not
     agent = Agent(envs, args.hidden_size).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.

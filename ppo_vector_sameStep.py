@@ -54,13 +54,10 @@ class Args:
     """PPO with same-step autoreset in worker processes: `python ppo_vector_sameStep.py --env-id Pendulum-v1`, then
     `tensorboard --logdir runs`; each run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/.
 
-    Images: an observation that is a uint8 Box of shape (H, W), (C, H, W) or (H, W, C) (the channels are the smaller
-    end: gray or color, stacked frames too; 36 x 36 at least) is an image. It goes through a Nature CNN shared by actor
-    and critic, with no observation normalization, and the run takes IMAGE_DEFAULTS, CleanRL's Atari settings, for
-    any of these flags not given: --total-timesteps 10000000 --learning-rate 2.5e-4 --gae-lambda 0.95
-    --num-minibatches 4 --update-epochs 4 --clip-coef 0.1 --ent-coef 0.01 --vf-coef 0.5. ale-py's Atari ids
-    (ALE/Pong-v5) also get the standard preprocessing; training ends an episode at a lost life and clips rewards,
-    the logs show whole games."""
+    Images (uint8, (H, W), (C, H, W) or (H, W, C), 36 x 36 or more) go to a Nature CNN, unnormalized, and flags not
+    given take IMAGE_DEFAULTS: --total-timesteps 10000000 --learning-rate 2.5e-4 --gae-lambda 0.95 --num-minibatches 4
+    --update-epochs 4 --clip-coef 0.1 --ent-coef 0.01 --vf-coef 0.5. Atari (ALE/Pong-v5) is preprocessed as is
+    standard; training ends an episode at a lost life and clips rewards, the logs keep whole games."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -142,9 +139,8 @@ class Args:
     """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically"""
 
 
-# Images get CleanRL's Atari settings (ppo_atari_envpool.py) instead of the defaults above; flags given still win.
 IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
-                  "update_epochs": 4, "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5}
+                  "update_epochs": 4, "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5}  # CleanRL's Atari settings
 
 
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
@@ -207,8 +203,7 @@ class AtariTraining(gym.vector.VectorWrapper):
 
 
 def image_shape(space):
-    """An image's (channels, height, width); None if the space is not an image: a uint8 Box of shape (H, W),
-    (C, H, W) or (H, W, C), the channels at the smaller end (gray or color, stacked frames too)."""
+    """(channels, height, width) of an image, a uint8 Box of 2 or 3 dimensions (channels the smaller end); else None."""
     shape = space.shape if isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 else ()
     if len(shape) not in (2, 3):
         return None
@@ -225,9 +220,8 @@ class NatureCNN(nn.Sequential):
     """Atari details: the Nature CNN (Mnih et al., 2015) on pixels scaled to [0, 1], 512 features for both heads."""
 
     def __init__(self, channels, height, width):
-        convs = [layer_init(nn.Conv2d(channels, 32, 8, stride=4)), nn.ReLU(),
-                 layer_init(nn.Conv2d(32, 64, 4, stride=2)), nn.ReLU(),
-                 layer_init(nn.Conv2d(64, 64, 3, stride=1)), nn.ReLU(), nn.Flatten()]
+        convs = [layer_init(nn.Conv2d(channels, 32, 8, 4)), nn.ReLU(), layer_init(nn.Conv2d(32, 64, 4, 2)), nn.ReLU(),
+                 layer_init(nn.Conv2d(64, 64, 3, 1)), nn.ReLU(), nn.Flatten()]  # arguments: in, out, kernel, stride
         features = nn.Sequential(*convs)(torch.zeros(1, channels, height, width)).shape[1]
         super().__init__(*convs, layer_init(nn.Linear(features, 512)), nn.ReLU())
 
@@ -421,8 +415,7 @@ def train(args, checkpoint=None):
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), args.vectorization_mode)
     image = image_shape(envs.single_observation_space) is not None
     norm_obs = args.norm_obs and not image  # continuous detail 6 is for vectors: an image is scaled by its CNN
-    # a 64-64 MLP runs fastest on one thread (more only add overhead); a CNN's update pays for every core
-    torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)
+    torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)  # a CNN gains from every core, an MLP does not
     args.gae_lambda = gae_lambda_for(envs.single_action_space, args.gae_lambda)  # kept by checkpoints from here on
     agent = Agent(envs, args.hidden_size, args.init_log_std).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
