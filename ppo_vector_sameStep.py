@@ -456,7 +456,7 @@ def train(args, checkpoint=None):
                 env_actions = actions[step] if agent.discrete else np.clip(actions[step], low, high)
                 next_obs, reward, terminated, truncated, infos = envs.step(env_actions)
                 next_done = np.logical_or(terminated, truncated)
-                if next_done.any():
+                if "_final_obs" in infos:  # (a lost life ends a training episode of Atari but not the game: no reset)
                     # SAME_STEP: the finished sub-envs are already reset; their true last observation is in
                     # infos["final_obs"]. Normalize it with the same statistics as every other observation.
                     true_last_obs = next_obs.copy()

@@ -196,6 +196,20 @@ def test_ale_ids_get_the_standard_preprocessing_and_the_training_rules(ppo, in_t
     evaluation.close()
 
 
+@needs_ale
+@pytest.mark.parametrize("ppo", [ppo_discrete, ppo_vector_sameStep], ids=lambda module: module.__name__)
+def test_an_ale_game_trains_through_lost_lives(ppo, in_tmp, monkeypatch):
+    ends = []
+    compute_advantages = ppo.compute_advantages
+    monkeypatch.setattr(ppo, "compute_advantages", lambda rewards, values, next_values, terminations, dones, *rest:
+                        ends.append(int(terminations.sum())) or
+                        compute_advantages(rewards, values, next_values, terminations, dones, *rest))
+    extra = {"vectorization_mode": "sync"} if ppo is ppo_vector_sameStep else {}
+    ppo.train(ppo.Args(env_id="ALE/Breakout-v5", num_envs=2, num_steps=128, num_minibatches=4, update_epochs=1,
+                       total_timesteps=256, cuda=False, **extra))
+    assert sum(ends) >= 2  # lives were lost, and training went on through them
+
+
 @needs_envpool
 def test_envpool_atari_drops_the_row_after_each_end_and_logs_whole_games_with_raw_scores(in_tmp, monkeypatch):
     """CleanRL's EnvPool scripts let the dummy step after an autoreset into GAE and the loss (their issues #475 and
