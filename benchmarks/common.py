@@ -53,6 +53,11 @@ CLEANRL_DMC = {  # env id: (PPO at 8M, RPO at 8M)
 }
 SCORE_RANGES.update({env_id: (0.0, rpo) for env_id, (_, rpo) in CLEANRL_DMC.items()})
 
+# Atari, EnvPool's ids and ale-py's: a random policy's score (Mnih et al., 2015) and CleanRL's ppo_atari_envpool.py at
+# 10M steps (docs/benchmark/ppo_atari_envpool.md, 3 seeds)
+CLEANRL_ATARI = {"Pong": (-20.7, 20.45), "Breakout": (1.7, 211.24), "BeamRider": (363.9, 2501.85)}
+SCORE_RANGES.update({f"{prefix}{game}-v5": scores for game, scores in CLEANRL_ATARI.items() for prefix in ("", "ALE/")})
+
 
 class RunNotReadable(Exception):
     pass
