@@ -47,11 +47,10 @@ from torch.utils.tensorboard import SummaryWriter
 @dataclass
 class Args:
     """PPO for Box actions: `python ppo_continuous.py --env-id Humanoid-v5`, then `tensorboard --logdir runs`; each
-    run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. CleanRL's MuJoCo settings:
-    --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95 --vf-coef 0.5
-
-    Images (uint8, (H, W), (C, H, W) or (H, W, C), 36 x 36 or more; CarRacing-v3) go to a Nature CNN, unnormalized;
-    the other defaults stay as they are."""
+    run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Images (uint8, (H, W), (C, H, W) or
+    (H, W, C), 36 x 36 or more; CarRacing-v3) go to a Nature CNN, unnormalized; the other defaults stay as they are.
+    CleanRL's MuJoCo settings:
+    --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""

@@ -55,9 +55,9 @@ class Args:
     `tensorboard --logdir runs`; each run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/.
 
     Images (uint8, (H, W), (C, H, W) or (H, W, C), 36 x 36 or more) go to a Nature CNN, unnormalized, and flags not
-    given take IMAGE_DEFAULTS: --total-timesteps 10000000 --learning-rate 2.5e-4 --gae-lambda 0.95 --num-minibatches 4
-    --update-epochs 4 --clip-coef 0.1 --ent-coef 0.01 --vf-coef 0.5. Atari (ALE/Pong-v5) is preprocessed as is
-    standard; training ends an episode at a lost life and clips rewards, the logs keep whole games."""
+    given take IMAGE_DEFAULTS, CleanRL's for Atari: total-timesteps 10000000, learning-rate 2.5e-4, gae-lambda 0.95,
+    num-minibatches 4, update-epochs 4, clip-coef 0.1, ent-coef 0.01, vf-coef 0.5. Atari (ALE/Pong-v5) is
+    preprocessed as is standard; training ends an episode at a lost life and clips rewards, the logs keep whole games."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
