@@ -46,16 +46,13 @@ from torch.utils.tensorboard import SummaryWriter
 @dataclass
 class Args:
     """PPO for Discrete actions: `python ppo_discrete.py --env-id CartPole-v1`, then `tensorboard --logdir runs`; each
-    run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/.
-
-    Images (uint8, (H, W), (C, H, W) or (H, W, C), 36 x 36 or more) go to a Nature CNN, and flags not given take
-    IMAGE_DEFAULTS, CleanRL's for Atari: total-timesteps 10000000, learning-rate 2.5e-4, gae-lambda 0.95,
-    num-minibatches 4, update-epochs 4, ent-coef 0.01, vf-coef 0.5, max-grad-norm 0.5. Atari (Pong-v5 on EnvPool,
-    ALE/Pong-v5) is preprocessed as is standard; training ends an episode at a lost life and clips rewards.
-
-    CleanRL's ppo.py settings (the defaults came from a benchmarks/tune.py study): --learning-rate 2.5e-4 --num-envs 4
-    --gae-lambda 0.95 --num-minibatches 4 --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5
-    --max-grad-norm 0.5"""
+    run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Images (uint8, (H, W), (C, H, W) or
+    (H, W, C), 36 x 36 or more) go to a Nature CNN, and flags not given take IMAGE_DEFAULTS, CleanRL's for Atari:
+    total-timesteps 10000000, learning-rate 2.5e-4, gae-lambda 0.95, num-minibatches 4, update-epochs 4, ent-coef
+    0.01, vf-coef 0.5, max-grad-norm 0.5; Atari (Pong-v5 on EnvPool, ALE/Pong-v5) is preprocessed as is standard,
+    and training ends an episode at a lost life and clips rewards. CleanRL's ppo.py settings (the defaults came from a
+    benchmarks/tune.py study): --learning-rate 2.5e-4 --num-envs 4 --gae-lambda 0.95 --num-minibatches 4
+    --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5"""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
