@@ -277,7 +277,7 @@ def normalize_obs(obs, obs_rms, enabled, update):
     """Continuous details 6 and 7: observation normalization with statistics shared by all sub-envs, then clip.
     update=False uses the statistics without changing them (evaluation)."""
     if not enabled:
-        return obs if obs.dtype == np.uint8 else obs.astype(np.float32)  # images: uint8 frames, never normalized
+        return obs if obs.ndim > 2 else obs.astype(np.float32)  # a batch of images (any other is flat) stays uint8
     if update:
         obs_rms.update(obs)
     return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
@@ -898,8 +898,8 @@ def evaluate(args, checkpoint):
     action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
     episodic_returns, cut_episodes, episode_return, episode_length = [], 0, 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
+    norm_obs = args.norm_obs and not image_shape(envs.single_observation_space)
     while len(episodic_returns) < args.eval_episodes:
-        norm_obs = args.norm_obs and not image_shape(envs.single_observation_space)
         obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False))
         with torch.no_grad():
             action = agent.get_action(obs)[0] if args.eval_sample else agent.act_deterministic(obs)

@@ -57,7 +57,7 @@ class Args:
     Images (uint8, (H, W), (C, H, W) or (H, W, C), 36 x 36 or more) go to a Nature CNN, unnormalized, and flags not
     given take IMAGE_DEFAULTS, CleanRL's for Atari: total-timesteps 10000000, learning-rate 2.5e-4, gae-lambda 0.95,
     num-minibatches 4, update-epochs 4, clip-coef 0.1, ent-coef 0.01, vf-coef 0.5. Atari (ALE/Pong-v5) is
-    preprocessed as is standard; training ends an episode at a lost life and clips rewards, the logs keep whole games."""
+    preprocessed as is standard; training ends an episode at a lost life and clips rewards; logs keep whole games."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -320,7 +320,7 @@ def normalize_obs(obs, obs_rms, enabled, update):
     """Continuous details 6 and 7: observation normalization with statistics shared by all sub-envs, then clip.
     update=False uses the statistics without changing them (evaluation)."""
     if not enabled:
-        return obs if obs.dtype == np.uint8 else obs.astype(np.float32)  # images: uint8 frames, never normalized
+        return obs if obs.ndim > 2 else obs.astype(np.float32)  # a batch of images (any other is flat) stays uint8
     if update:
         obs_rms.update(obs)
     return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
@@ -985,8 +985,8 @@ def evaluate(args, checkpoint):
     restore(checkpoint, {"model": agent, "obs_rms": obs_rms}, args.env_id)  # continuous detail 6: statistics frozen
     episodic_returns, cut_episodes, episode_return, episode_length = [], 0, 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
+    norm_obs = args.norm_obs and not image_shape(envs.single_observation_space)
     while len(episodic_returns) < args.eval_episodes:
-        norm_obs = args.norm_obs and not image_shape(envs.single_observation_space)
         obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False))
         with torch.no_grad():
             action = agent.get_action(obs)[0] if args.eval_sample else agent.act_deterministic(obs)

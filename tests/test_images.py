@@ -10,7 +10,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import short_args
+from conftest import BOX2, SpacesEnv, short_args
 
 import ppo_continuous
 import ppo_discrete
@@ -77,6 +77,8 @@ for suffix, box in (("", False), ("Box", True)):
 gym.register("test/SideChannelsFirst-v0", entry_point=SideEnv, kwargs={"shape": (3, 36, 36)})
 gym.register("test/Lives-v0", entry_point=LivesEnv)
 gym.register("test/LivesCut-v0", entry_point=LivesEnv, max_episode_steps=6)
+gym.register("test/Uint8Vector-v0", entry_point=SpacesEnv,
+             kwargs={"observation_space": gym.spaces.Box(0, 255, (4,), np.uint8), "action_space": BOX2})
 
 
 def side_args(ppo, **overrides):
@@ -109,6 +111,12 @@ def test_images_are_recognized_channels_last_first_or_gray(env_id, shape):
     agent = ppo_discrete.Agent(gym.vector.SyncVectorEnv([lambda: gym.make(env_id)]))
     assert agent.encode(torch.from_numpy(np.stack([space.sample()] * 2))).shape == (2, 512)
     assert ppo_discrete.image_shape(gym.spaces.Box(0.0, 1.0, (3, 36, 36), np.float32)) is None  # floats: not an image
+
+
+@pytest.mark.parametrize("ppo", [ppo_continuous, ppo_vector_sameStep], ids=lambda module: module.__name__)
+def test_a_uint8_vector_is_no_image_and_trains_unnormalized_as_floats(ppo, in_tmp):
+    path = ppo.train(short_args(ppo, env_id="test/Uint8Vector-v0", norm_obs=False, total_timesteps=512))
+    assert "encoder.0.weight" not in ppo.load_checkpoint(path)["model"]  # the MLP, not the CNN
 
 
 @pytest.mark.parametrize("ppo", [ppo_discrete, ppo_vector_sameStep], ids=lambda module: module.__name__)
