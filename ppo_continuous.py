@@ -308,14 +308,10 @@ def gae_lambda_for(action_space, given=None):
 
 
 def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
-    """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout.
-
-    values[t] is V(obs[t]); next_values[t] is V of the observation after step t. Under NEXT_STEP
-    autoreset the observation after a step that ended an episode is that episode's true final
-    observation, so next_values[t] = V(obs[t + 1]) is the right bootstrap for a truncation (time limit).
-    A termination has no future: no bootstrap. Any episode end stops the recursion, so advantages
-    never flow back across episodes. Each column (sub-environment) is its own sequence.
-    """
+    """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout, each column (sub-env) its own
+    sequence. values[t] is V(obs[t]); next_values[t] is V of the observation after step t, which under NEXT_STEP
+    autoreset is the true final observation of an episode that step t ended: the bootstrap a truncation (time limit)
+    needs. A termination has no future (no bootstrap); any episode end stops the recursion between episodes."""
     advantages = np.zeros_like(rewards)
     last_advantage = np.zeros(rewards.shape[1], dtype=rewards.dtype)
     for t in reversed(range(rewards.shape[0])):
@@ -326,11 +322,8 @@ def compute_advantages(rewards, values, next_values, terminations, dones, gamma,
 
 
 def real_transitions(valid, *rollout):
-    """Flatten [num_steps, num_envs] rollout arrays into one batch of the rows with valid == 1.
-
-    The rows with valid == 0 are NEXT_STEP autoreset steps: not transitions of the environment, so
-    they get no weight at all in the update (policy, value and entropy losses, advantage statistics).
-    """
+    """Flatten [num_steps, num_envs] rollout arrays into one batch of the rows with valid == 1. Rows with valid == 0
+    are NEXT_STEP autoreset steps, not transitions: no weight at all in the update (losses, advantage statistics)."""
     keep = valid.reshape(-1) > 0
     return [torch.from_numpy(x.reshape((-1,) + x.shape[2:])[keep]) for x in rollout]
 

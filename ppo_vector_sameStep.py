@@ -351,14 +351,11 @@ def gae_lambda_for(action_space, given=None):
 
 
 def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
-    """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout.
-
-    values[t] is V(obs[t]); next_values[t] is V of the true observation after step t: V(obs[t + 1])
-    while the episode goes on, V(infos["final_obs"]) when step t ended it (under SAME_STEP, obs[t + 1]
-    already belongs to the next episode). A termination has no future: no bootstrap. A truncation
-    (time limit) bootstraps from the final observation. Any episode end stops the recursion, so
-    advantages never flow across episodes. Each column (sub-environment) is its own sequence.
-    """
+    """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout, each column (sub-env) its own
+    sequence. values[t] is V(obs[t]); next_values[t] is V of the true observation after step t: V(obs[t + 1]) while the
+    episode goes on, V(infos["final_obs"]) when step t ended it (under SAME_STEP, obs[t + 1] already belongs to the next
+    episode), the bootstrap a truncation (time limit) needs. A termination has no future (no bootstrap); any episode
+    end stops the recursion between episodes."""
     advantages = np.zeros_like(rewards)
     last_advantage = np.zeros(rewards.shape[1], dtype=rewards.dtype)
     for t in reversed(range(rewards.shape[0])):
