@@ -286,8 +286,7 @@ class Agent(nn.Module):
         logprob = (-0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         return action, logprob, (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
 
-    def act_deterministic(self, x):
-        """For evaluation: the most probable action (Discrete) or the mean (Box)."""
+    def act_deterministic(self, x):  # for evaluation: the most probable action (Discrete) or the mean (Box)
         output = self.actor(self.encode(x))
         return output.argmax(dim=-1) if self.discrete else output
 
@@ -528,8 +527,7 @@ def fail(message):
 
 
 def command(args, flag, checkpoint_path, *more):
-    """The command that runs this script on a checkpoint (flag: --resume or --eval-checkpoint), as it must be pasted in
-    this folder: it names --env-id when the env comes from a module, which a checkpoint never imports on its own."""
+    """The command on a checkpoint (flag: --resume or --eval-checkpoint), with --env-id for an env from a module."""
     env = ["--env-id", args.env_id] if ":" in args.env_id else []
     return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
 
@@ -574,8 +572,7 @@ def check_args(args):
 
 
 def check_env(args, env_kwargs):
-    """Make one env before training: an unknown id, keyword arguments it does not take and spaces this
-    script cannot train get one line, and the sub-environments are made only once these pass."""
+    """One env before training: what this script cannot train gets one line before the sub-envs are made."""
     if args.env_id.startswith("ALE/") and not (importlib.util.find_spec("ale_py") and importlib.util.find_spec("cv2")):
         fail(f"{args.env_id} needs ale-py and OpenCV: pip install ale-py==0.12.1 opencv-python-headless==5.0.0.93")
     try:
@@ -585,10 +582,11 @@ def check_env(args, env_kwargs):
         kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
         bad_input = isinstance(e, (gym.error.Error, TypeError, ValueError))  # else the env's own code failed
         module = args.env_id.split(":")[0] if ":" in args.env_id else None
+        envpool = importlib.import_module("envpool") if importlib.util.find_spec("envpool") else None
         hint = (f"; is {module}.py in {os.path.dirname(os.path.abspath(__file__))} or on PYTHONPATH?"
                 if f"No module named '{module}'" in str(e) else
                 "; it is EnvPool's: ppo_continuous.py and ppo_discrete.py train it with --env-backend envpool"
-                if isinstance(e, gym.error.NameNotFound) and envpool_has(args.env_id) else
+                if isinstance(e, gym.error.NameNotFound) and envpool and args.env_id in envpool.list_all_envs() else
                 "; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
                 if isinstance(e, gym.error.NameNotFound) and not module else
                 f"; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
@@ -609,18 +607,12 @@ def check_env(args, env_kwargs):
     if not observations.is_np_flattenable:
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
              f"{SCRIPT} needs one that flattens into a vector")
+    image = image_shape(observations)
     parts = observations.values() if isinstance(observations, gym.spaces.Dict) else []
-    if any(image_shape(part) for part in parts):  # never an image flattened into the MLP
-        fail(f"{args.env_id} observes an image beside other observations ({observations}); {SCRIPT} takes an image "
-             "alone or vectors: keep one part in a wrapper, e.g. gym.wrappers.FilterObservation")
-    if image_shape(observations) and min(image_shape(observations)[1:]) < 36:
-        fail(f"{args.env_id} observes images ({observations}); {SCRIPT}'s Nature CNN needs 36 x 36 pixels or more")
+    if any(image_shape(part) for part in parts) or (image and min(image[1:]) < 36):  # never an image into the MLP
+        fail(f"{args.env_id} observes {observations}; {SCRIPT}'s Nature CNN takes an image of 36 x 36 pixels or more, "
+             "alone (keep one part of a Dict in a wrapper, e.g. gym.wrappers.FilterObservation)")
     return observations
-
-
-def envpool_has(env_id):
-    installed = importlib.util.find_spec("envpool") is not None
-    return installed and env_id in importlib.import_module("envpool").list_all_envs()
 
 
 def load_checkpoint(path):
@@ -638,9 +630,8 @@ def load_checkpoint(path):
     known = {field.name: field.default for field in fields(Args)}
     if not CHECKPOINT_SCHEMA.keys() <= checkpoint.keys() or not isinstance(checkpoint["args"], dict):
         fail(f"{path} is not a checkpoint of {SCRIPT} (expected keys: {', '.join(sorted(CHECKPOINT_SCHEMA))})")
-    if set(checkpoint["args"]) - set(known):
-        fail(f"{path} is not a checkpoint of {SCRIPT} (unknown settings: "
-             f"{', '.join(sorted(map(str, set(checkpoint['args']) - set(known))))})")
+    if unknown := set(checkpoint["args"]) - set(known):
+        fail(f"{path} is not a checkpoint of {SCRIPT} (unknown settings: {', '.join(sorted(map(str, unknown)))})")
     # damaged: fields, state_dicts (the other entries) or settings of the wrong type (an int may stand for a float)
     wrong = [key for key, kind in CHECKPOINT_SCHEMA.items() if not isinstance(checkpoint[key], kind)
              or type(checkpoint[key]) is bool or (kind is torch.Tensor and checkpoint[key].dtype != torch.uint8)]
@@ -880,7 +871,7 @@ class Run:
     def end_iteration(self, iteration, global_step, scalars):
         """Keep this iteration's state, log, show progress, and checkpoint when it is time (or a signal came)."""
         self.global_step, final, args = global_step, iteration == self.num_iterations, self.args
-        self.last_complete = {name: copied(obj.state_dict()) for name, obj in self.state.items()}
+        self.last_complete = {name: copy.deepcopy(obj.state_dict()) for name, obj in self.state.items()}
         self.last_complete.update(global_step=global_step, iteration=iteration, args=asdict(args), run_name=self.name,
                                   script=SCRIPT, rng_state=torch.get_rng_state(),
                                   cuda_rng_state=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [])
@@ -929,17 +920,6 @@ class Run:
 def fsync(path):
     os.fsync(descriptor := os.open(path, os.O_RDONLY))  # a file's data, or a folder's entries (a rename), to the disk
     os.close(descriptor)
-
-
-def copied(state):
-    """A state_dict with each of its tensors copied: what copy.deepcopy does, 8 times faster on these small networks."""
-    if isinstance(state, torch.Tensor):
-        return state.clone()
-    if isinstance(state, (dict, list)):
-        state = copy.copy(state)  # the same kind of container (a model's OrderedDict keeps its _metadata)
-        for key in state.keys() if isinstance(state, dict) else range(len(state)):
-            state[key] = copied(state[key])
-    return state
 
 
 def open_run_folder(args, checkpoint):

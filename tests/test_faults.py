@@ -182,11 +182,11 @@ FAULTS = [
           r"and float Box actions", ("--env-id", "{env:DiscreteFromOne}")),
     Fault("observations that do not flatten", r"has a Sequence observation space; .* needs one that flattens into a vector",
           ("--env-id", "{env:SequenceObservations}")),
-    Fault("images too small for the CNN", r"observes images \(Box\(0, 255, \(8, 8, 3\), uint8\)\); {script}'s Nature CNN "
-          r"needs 36 x 36 pixels or more$", ("--env-id", "{env:ImageObservations}")),
-    Fault("an image among Dict observations", r"observes an image beside other observations \(Dict\(.*\)\); {script} takes "
-          r"an image alone or vectors: keep one part in a wrapper, e.g. gym.wrappers.FilterObservation$",
-          ("--env-id", "{env:DictImageObservations}")),
+    Fault("images too small for the CNN", r"observes Box\(0, 255, \(8, 8, 3\), uint8\); {script}'s Nature CNN takes an "
+          r"image of 36 x 36 pixels or more, alone \(keep one part of a Dict in a wrapper, e.g. "
+          r"gym.wrappers.FilterObservation\)$", ("--env-id", "{env:ImageObservations}")),
+    Fault("an image among Dict observations", r"observes Dict\(.*\); {script}'s Nature CNN takes an image of 36 x 36 "
+          r"pixels or more, alone", ("--env-id", "{env:DictImageObservations}")),
     # bad checkpoints
     Fault("missing checkpoint", r"checkpoint not found: nowhere.pt", checkpoint=("missing",)),
     Fault("empty checkpoint", r"cannot read checkpoint .*empty.pt: .", checkpoint=("empty",)),
