@@ -644,9 +644,9 @@ class Run:
         if start_iteration > num_iterations:
             fail(f"the checkpoint is at step {self.global_step}: pass a --total-timesteps beyond it to extend the run: "
                  f"{command(args, '--resume', args.resume, '--total-timesteps', str(2 * self.global_step))}")
-        if args.total_timesteps not in (self.total_timesteps, Args.total_timesteps):  # a number given, cut to batches
+        if args.total_timesteps not in (self.total_timesteps, Args.total_timesteps, IMAGE_DEFAULTS["total_timesteps"]):
             print(f"note: --total-timesteps {args.total_timesteps:,} is rounded down to whole batches of {batch:,}: "
-                  f"{self.total_timesteps:,} steps")
+                  f"{self.total_timesteps:,} steps")  # a number given (not a default), cut to batches
         if checkpoint and args.anneal_lr and self.total_timesteps > saved["total_timesteps"] // batch * batch:
             print(f"extending the run to {self.total_timesteps:,} steps: the learning rate follows that longer run's "
                   f"schedule, {learning_rate(args, start_iteration, num_iterations):.3g} from here")

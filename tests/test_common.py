@@ -486,9 +486,10 @@ def test_total_timesteps_rounded_to_whole_batches_is_said_and_shown(ppo, in_tmp,
     output = capsys.readouterr().out
     assert "--total-timesteps 1,500 is rounded down to whole batches of 512: 1,024 steps" in output
     assert "1,024/1,024 steps" in output and torch.load(path, weights_only=True)["global_step"] == 1024
-    args = ppo.Args()  # the bare command: its default budget is cut to whole batches without a word
-    ppo.Run(args, None, 1, args.total_timesteps // (args.num_envs * args.num_steps))
-    assert "rounded down" not in capsys.readouterr().out
+    for defaults in [{}, getattr(ppo, "IMAGE_DEFAULTS", {})]:  # the bare command (on images too): cut without a word
+        args = ppo.Args(**defaults)
+        ppo.Run(args, None, 1, args.total_timesteps // (args.num_envs * args.num_steps))
+        assert "rounded down" not in capsys.readouterr().out
 
 
 def test_video_capture_prints_no_stray_error_lines(ppo, tmp_path):
