@@ -565,6 +565,7 @@ def check_args(args):
         (kl is None or kl > 0, f"--target-kl must be positive (or left out), got {kl}"),
         (args.hidden_size <= 8192, f"--hidden-size {args.hidden_size} would not fit in memory: at most 8192"),
         (not args.track or importlib.util.find_spec("wandb"), "--track needs wandb: pip install wandb"),
+        (not args.capture_video or importlib.util.find_spec("moviepy"), "--capture-video needs: pip install moviepy"),
     ]:
         if not ok:
             fail(message)
@@ -923,9 +924,8 @@ def fsync(path):
 
 
 def open_run_folder(args, checkpoint):
-    """(name, folder, lock): a resumed run continues in its checkpoint's folder; a new one gets runs/<name>, or
-    <name>-2, -3, ... if that exists (mkdir is atomic, so two runs started in the same second never share one).
-    The lock is held while this process trains: a second process gets one line instead of writing the same run."""
+    """(name, folder, lock): a resumed run keeps its checkpoint's folder, a new one gets runs/<name> or <name>-2, -3,
+    ... (mkdir is atomic: two runs started in one second never share one); the lock turns a second process away."""
     if checkpoint:
         name, folder = checkpoint["run_name"], os.path.dirname(args.resume) or "."
     else:

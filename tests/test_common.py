@@ -1,6 +1,7 @@
 """Behaviour that every script shares, tested on each script (the code is duplicated on purpose, so each copy is checked)."""
 
 import glob
+import importlib.util
 import os
 import re
 import signal
@@ -578,3 +579,12 @@ def test_every_command_a_run_prints_runs_as_printed_with_an_env_of_ones_own_modu
     evaluated = subprocess.run(re.search(r"evaluate with: (.*)", resumed.stdout).group(1) + " --eval-episodes 1",
                                shell=True, cwd=tmp_path, env=shell, capture_output=True, text=True, timeout=300)
     assert evaluated.returncode == 0 and "mean return" in evaluated.stdout, evaluated.stdout + evaluated.stderr
+
+
+def test_capture_video_without_moviepy_gets_the_install_command(ppo, monkeypatch):
+    find_spec = importlib.util.find_spec  # gymnasium's RecordVideo would raise at the first env made: a traceback
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *rest: None if name == "moviepy" else
+                        find_spec(name, *rest))
+    with pytest.raises(SystemExit, match=r"^error: --capture-video needs: pip install moviepy$"):
+        ppo.check_args(short_args(ppo, capture_video=True))
+    ppo.check_args(short_args(ppo, capture_video=False))  # only the flag needs it
