@@ -2,8 +2,9 @@
 
     python benchmarks/run.py --scripts ppo_discrete.py --env-ids CartPole-v1 Acrobot-v1 --seeds 1 2 3 --out benchmark_runs/bench
 
-Flags the runner does not know go to every run (e.g. `--total-timesteps 100000`); as the runs share the cores,
-one with `--env-backend envpool` gets `--env-threads 1` unless the flags name its threads. Each run works in
+Flags the runner does not know go to every run (e.g. `--total-timesteps 100000`). The runs share the cores: each is
+held to an equal part of them (N runs on C cores: C // N each, at least one), and a script's threads (an image run's
+CNN, EnvPool's) follow from its part, so that runs at a time do not fight over the same cores. Each run works in
 its own folder <out>/<script>__<env id>__<seed>/: run.json (its command), log.txt (its console output),
 runs/ (its TensorBoard run and checkpoint) and, once it has ended, result.json. Started again with the
 same command, the runner skips the runs that ended (finished or failed) and resumes interrupted ones
@@ -100,12 +101,13 @@ def planned_runs(cli, script_flags):
     return runs
 
 
-def one_env_thread(flags):
-    """The runs share the cores: an EnvPool run gets --env-threads 1 unless the flags name its threads."""
-    words = [word.replace("_", "-") for word in flags]
-    envpool = "--env-backend=envpool" in words or ("--env-backend", "envpool") in zip(words, words[1:])
-    told = any(word.split("=")[0] == "--env-threads" for word in words)
-    return [*flags, "--env-threads", "1"] if envpool and not told else flags
+def cores_for(slot, workers):
+    """The cores of the run in `slot` (0 to workers - 1) when `workers` runs share this process's cores: an equal part
+    each (one core each where there are more runs than cores)."""
+    cores = sorted(os.sched_getaffinity(0))
+    share = max(1, len(cores) // workers)
+    first = slot * share % len(cores)
+    return set(cores[first:first + share])
 
 
 def script_path(script):
@@ -117,7 +119,8 @@ def run_folder_name(script, env_id, seed):
     return re.sub(r"[^A-Za-z0-9_.-]", "-", f"{os.path.splitext(os.path.basename(script))[0]}__{env_id}__{seed}")
 
 
-def start(run, new_session=True):
+def start(run, new_session=True, cores=None):
+    """Start the run's process (resumed from its checkpoint if it has one), held to `cores` if given."""
     state = read_json(os.path.join(run["folder"], "run.json"))
     run["started"], run["elapsed_before"] = time.time(), state["elapsed"]
     command = [sys.executable, script_path(run["script"]), *run["command"][1:]]
@@ -138,8 +141,15 @@ def start(run, new_session=True):
     log.flush()
     with log, stops_held():  # a Ctrl-C during the fork comes once the run has its process, which it then stops
         run["process"] = subprocess.Popen(command, cwd=run["folder"], stdout=log, stderr=subprocess.STDOUT,
-                                          env=script_environment(), preexec_fn=stop_with_parent,
+                                          env=script_environment(), preexec_fn=lambda: held_to(cores),
                                           start_new_session=new_session)  # the runner alone decides when its runs stop
+
+
+def held_to(cores):
+    """In the child before it runs the script: its stop signals (stop_with_parent) and its cores."""
+    stop_with_parent()
+    if cores:
+        os.sched_setaffinity(0, cores)
 
 
 def account_time(run):
@@ -331,8 +341,8 @@ def main():
         return slurm_task(sys.argv[4], int(sys.argv[2]))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                      epilog="Flags the runner does not know go to every run unchanged, e.g. --total-timesteps "
-                                     "100000 (a run with --env-backend envpool also gets --env-threads 1 unless they name "
-                                     "its threads). " + " ".join(__doc__.split("\n\n")[-1].split()))  # and the SLURM paragraph
+                                     "100000 (each run is held to an equal part of the cores). "
+                                     + " ".join(__doc__.split("\n\n")[-1].split()))  # and the SLURM paragraph
     parser.add_argument("--scripts", nargs="+", required=True, help="script paths, or names of this repository's, e.g. "
                         "ppo_discrete.py (required)")
     parser.add_argument("--env-ids", nargs="+", required=True, help="gymnasium env ids, e.g. CartPole-v1 (required)")
@@ -365,7 +375,7 @@ def main():
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         sys.exit(f"error: another runner is working in {cli.out}; wait for it, or use another --out")
-    runs = planned_runs(cli, one_env_thread(script_flags))
+    runs = planned_runs(cli, script_flags)
     jobs = [read_json(path)["job"] for path in glob.glob(os.path.join(glob.escape(cli.out), "slurm-job-[0-9]*.json"))]
     queued = [job for job in jobs if shutil.which("squeue") and slurm_queue(job)]
     if queued and not cli.slurm:
@@ -394,7 +404,8 @@ def main():
         while pending or running:
             while pending and len(running) < cli.workers:
                 running.append(pending.pop(0))
-                start(running[-1])
+                running[-1]["slot"] = min(set(range(cli.workers)) - {run["slot"] for run in running[:-1]})
+                start(running[-1], cores=cores_for(running[-1]["slot"], cli.workers))
                 last_status = 0.0
             for run in [run for run in running if run["process"].poll() is not None]:
                 running.remove(run)

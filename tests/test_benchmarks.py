@@ -115,24 +115,26 @@ def test_runner_help_shows_defaults_and_where_unknown_flags_go(tmp_path):
     assert "(default: 1 2 3)" in " ".join(output.split()) and "Flags the runner does not know go to every run" in output, output
 
 
-@pytest.mark.parametrize("flags, threads", [
-    (["--env-backend", "envpool"], ["--env-threads", "1"]),  # the runs share the cores: one EnvPool thread each
-    (["--env_backend=envpool", "--seed", "3"], ["--env-threads", "1"]),
-    (["--env-backend", "envpool", "--env-threads", "0"], []),  # told otherwise
-    (["--env-threads=2", "--env-backend", "envpool"], []),
-    (["--env-backend", "gymnasium"], []),  # no EnvPool threads to share out
-    (["--total-timesteps", "2048"], []),
+@pytest.mark.parametrize("cores, workers, parts", [
+    ([0, 1], 2, [{0}, {1}]),  # two image runs on 2 cores: one core (one CNN thread, one EnvPool thread) each
+    ([0, 1], 1, [{0, 1}]),  # alone: every core
+    (list(range(16)), 2, [set(range(8)), set(range(8, 16))]),
+    (list(range(16)), 3, [set(range(5)), set(range(5, 10)), set(range(10, 15))]),
+    ([0, 1], 3, [{0}, {1}, {0}]),  # more runs than cores: one core each, shared in turn
+    ([4, 6], 2, [{4}, {6}]),  # the runner's own cores, whichever they are
 ])
-def test_runner_gives_each_envpool_run_one_thread_unless_told(flags, threads):
-    assert runner.one_env_thread(flags) == flags + threads
+def test_runner_gives_each_run_an_equal_part_of_its_cores(monkeypatch, cores, workers, parts):
+    monkeypatch.setattr(runner.os, "sched_getaffinity", lambda pid: set(cores))
+    assert [runner.cores_for(slot, workers) for slot in range(workers)] == parts
 
 
-@pytest.mark.skipif(importlib.util.find_spec("envpool") is None, reason="needs envpool==1.2.5")
-def test_an_envpool_run_of_the_runner_records_its_one_thread(tmp_path):
-    output, _ = tool("run.py", "--scripts", "ppo_discrete.py", "--env-ids", "CartPole-v1", "--seeds", "1", "--out", "out",
-                     "--env-backend", "envpool", *TINY, cwd=tmp_path).communicate(timeout=120)
-    checkpoint, = glob.glob(str(tmp_path / "out" / "ppo_discrete__CartPole-v1__1" / "runs" / "*" / "checkpoint.pt"))
-    assert torch.load(checkpoint, weights_only=True)["args"]["env_threads"] == 1, output
+def test_runs_at_a_time_are_held_to_their_own_cores(tmp_path):
+    (tmp_path / "cores.py").write_text("import os\nprint('held to', sorted(os.sched_getaffinity(0)))\n")
+    tool("run.py", "--scripts", str(tmp_path / "cores.py"), "--env-ids", "CartPole-v1", "--seeds", "1", "2",
+         "--workers", "2", "--out", "out", cwd=tmp_path).communicate(timeout=120)
+    held = [re.search(r"held to (\[.*\])", (tmp_path / "out" / f"cores__CartPole-v1__{seed}" / "log.txt").read_text())[1]
+            for seed in (1, 2)]
+    assert held == [str(sorted(runner.cores_for(slot, 2))) for slot in (0, 1)]  # [0] and [1] on 2 cores
 
 
 def test_runner_records_non_finite_returns_as_failed(tmp_path):
