@@ -17,7 +17,6 @@ import uuid
 
 import numpy as np
 import pytest
-import torch
 from torch.utils.tensorboard import SummaryWriter
 
 from conftest import ROOT, readme_own_env, record_fsync_and_replace, start, wait_for
