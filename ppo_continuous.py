@@ -138,7 +138,7 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
             env = gym.make(env_id, render_mode="rgb_array", **env_kwargs)
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
             trigger = (lambda episode: episode < film_first) if film_first else None
-            return gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
+            return StreamedVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
         return gym.make(env_id, **env_kwargs)
 
     return thunk
@@ -676,6 +676,27 @@ class CheckedEnvs(gym.vector.VectorWrapper):
         return result
 
 
+class StreamedVideo(gym.wrappers.RecordVideo):
+    """gymnasium's RecordVideo (1.4.0), but each frame goes to the file as it is rendered: RecordVideo holds an
+    episode's frames in memory until it ends (a 27,000-step Atari game filmed in color: about 10.9 GB)."""
+
+    writer = None  # moviepy's, as in RecordVideo; opened at an episode's first frame, which gives the size
+
+    def _capture_frame(self):
+        frame = self.env.render()
+        if self.writer is None:
+            from moviepy.video.io.ffmpeg_writer import FFMPEG_VideoWriter
+            path = os.path.join(self.video_folder, f"{self._video_name}.mp4")
+            self.writer = FFMPEG_VideoWriter(path, (frame.shape[1], frame.shape[0]), self.frames_per_sec)
+        self.writer.write_frame(frame)
+
+    def stop_recording(self):
+        if self.writer is not None:  # None if the env's render() failed on the episode's first frame
+            self.writer.close()
+        self.writer = None
+        self.recording = False
+
+
 class Run:
     """One start of a run: its folder (locked), TensorBoard, progress, checkpoints, signals, the fault rule."""
 
@@ -871,7 +892,7 @@ def evaluate(args, checkpoint):
     obs_rms = RunningMeanStd(envs.single_observation_space.shape)
     restore(checkpoint, {"model": agent, "obs_rms": obs_rms}, args.env_id)  # continuous detail 6: statistics frozen
     action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
-    episodic_returns, cut_episodes, episode_return, episode_length = [], 0, 0.0, 0
+    episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
     norm_obs = args.norm_obs and not image_shape(envs.single_observation_space)
     while len(episodic_returns) < args.eval_episodes:
@@ -881,11 +902,11 @@ def evaluate(args, checkpoint):
         next_obs, reward, terminated, truncated, _ = envs.step(np.clip(action.numpy(), action_low, action_high))
         episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
         if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
-            cut_episodes += not (terminated[0] or truncated[0])
             episodic_returns.append(episode_return)
             video = f", {video_folder}/rl-video-episode-{len(episodic_returns) - 1}.mp4" if args.capture_video else ""
-            print(f"episode {len(episodic_returns)}: return {episode_return:.2f}, {episode_length} steps"
-                  f"{'' if terminated[0] or truncated[0] else ' (cut)'}{video}", flush=True)
+            cut = "" if terminated[0] or truncated[0] else f" (cut at --eval-max-steps {args.eval_max_steps})"
+            print(f"episode {len(episodic_returns)}: return {episode_return:.2f}, {episode_length} steps{cut}{video}",
+                  flush=True)
             episode_return, episode_length = 0.0, 0
             if len(episodic_returns) < args.eval_episodes:  # the next episode starts at once, whatever the autoreset
                 next_obs, _ = envs.reset()
@@ -893,8 +914,6 @@ def evaluate(args, checkpoint):
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over "
           f"{args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "
           f"{'actions sampled from the policy' if args.eval_sample else 'deterministic policy'}")
-    if cut_episodes:
-        print(f"{cut_episodes} of them cut at --eval-max-steps {args.eval_max_steps} (the env did not end them)")
     return episodic_returns
 
 

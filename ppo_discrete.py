@@ -143,7 +143,7 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
         if capture_video and idx == 0:  # filmed before preprocessing: every frame, in color
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
             trigger = (lambda episode: episode < film_first) if film_first else None
-            env = gym.wrappers.RecordVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
+            env = StreamedVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
         if ale:  # Atari details: up to 30 no-op starts, frame skip 4 with max-pooling, 84 x 84 gray, 4 frames stacked
             env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=30), 4)
         return env
@@ -631,6 +631,27 @@ class CheckedEnvs(gym.vector.VectorWrapper):
         return result
 
 
+class StreamedVideo(gym.wrappers.RecordVideo):
+    """gymnasium's RecordVideo (1.4.0), but each frame goes to the file as it is rendered: RecordVideo holds an
+    episode's frames in memory until it ends (a 27,000-step Atari game filmed in color: about 10.9 GB)."""
+
+    writer = None  # moviepy's, as in RecordVideo; opened at an episode's first frame, which gives the size
+
+    def _capture_frame(self):
+        frame = self.env.render()
+        if self.writer is None:
+            from moviepy.video.io.ffmpeg_writer import FFMPEG_VideoWriter
+            path = os.path.join(self.video_folder, f"{self._video_name}.mp4")
+            self.writer = FFMPEG_VideoWriter(path, (frame.shape[1], frame.shape[0]), self.frames_per_sec)
+        self.writer.write_frame(frame)
+
+    def stop_recording(self):
+        if self.writer is not None:  # None if the env's render() failed on the episode's first frame
+            self.writer.close()
+        self.writer = None
+        self.recording = False
+
+
 class Run:
     """One start of a run: its folder (locked), TensorBoard, progress, checkpoints, signals, the fault rule."""
 
@@ -824,7 +845,7 @@ def evaluate(args, checkpoint):
     envs = make_envs(args, 1, video_folder, args.seed, film_first=args.eval_episodes, training=False)
     agent = Agent(envs, args.hidden_size)
     restore(checkpoint, {"model": agent}, args.env_id)
-    episodic_returns, cut_episodes, episode_return, episode_length = [], 0, 0.0, 0
+    episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
     while len(episodic_returns) < args.eval_episodes:
         obs = torch.from_numpy(next_obs.astype(np.float32))
@@ -833,11 +854,11 @@ def evaluate(args, checkpoint):
         next_obs, reward, terminated, truncated, _ = envs.step(action.numpy())
         episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
         if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
-            cut_episodes += not (terminated[0] or truncated[0])
             episodic_returns.append(episode_return)
             video = f", {video_folder}/rl-video-episode-{len(episodic_returns) - 1}.mp4" if args.capture_video else ""
-            print(f"episode {len(episodic_returns)}: return {episode_return:.2f}, {episode_length} steps"
-                  f"{'' if terminated[0] or truncated[0] else ' (cut)'}{video}", flush=True)
+            cut = "" if terminated[0] or truncated[0] else f" (cut at --eval-max-steps {args.eval_max_steps})"
+            print(f"episode {len(episodic_returns)}: return {episode_return:.2f}, {episode_length} steps{cut}{video}",
+                  flush=True)
             episode_return, episode_length = 0.0, 0
             if len(episodic_returns) < args.eval_episodes:  # the next episode starts at once, whatever the autoreset
                 next_obs, _ = envs.reset()
@@ -845,8 +866,6 @@ def evaluate(args, checkpoint):
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over "
           f"{args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "
           f"{'actions sampled from the policy' if args.eval_sample else 'deterministic policy'}")
-    if cut_episodes:
-        print(f"{cut_episodes} of them cut at --eval-max-steps {args.eval_max_steps} (the env did not end them)")
     return episodic_returns
 
 

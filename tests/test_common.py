@@ -431,7 +431,7 @@ def test_evaluation_cuts_episodes_that_never_end(ppo, in_tmp, capsys):
     args = ppo.Args(**{**checkpoint["args"], "env_id": constructed_env_id(ppo, "Endless"), "eval_checkpoint": path,
                        "eval_episodes": 2, "eval_max_steps": 50})
     assert ppo.evaluate(args, checkpoint) == [50.0, 50.0]  # reward 1 a step, cut after 50 steps
-    assert "2 of them cut at --eval-max-steps 50" in capsys.readouterr().out
+    assert capsys.readouterr().out.count("50 steps (cut at --eval-max-steps 50)\n") == 2  # each said so in its line
 
 
 def test_an_env_that_fails_in_evaluation_or_when_closed_gets_one_line(ppo, in_tmp, monkeypatch):
@@ -491,6 +491,26 @@ def test_total_timesteps_rounded_to_whole_batches_is_said_and_shown(ppo, in_tmp,
         args = ppo.Args(**defaults)
         ppo.Run(args, None, 1, args.total_timesteps // (args.num_envs * args.num_steps))
         assert "rounded down" not in capsys.readouterr().out
+
+
+def test_a_filmed_episode_is_written_while_it_plays_into_the_file_gymnasium_would_write(ppo, tmp_path, monkeypatch):
+    """gymnasium's RecordVideo holds an episode's frames in memory until the episode ends (a long Atari game filmed in
+    color: gigabytes); the scripts' StreamedVideo sends each frame to the file as it comes, and the file is the same."""
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    videos = []
+    for name, film in (("streamed", ppo.StreamedVideo), ("gymnasium", gym.wrappers.RecordVideo)):
+        env = film(gym.make("Pendulum-v1", render_mode="rgb_array"), str(tmp_path / name),
+                   episode_trigger=lambda episode: episode == 0, disable_logger=True)
+        video = tmp_path / name / "rl-video-episode-0.mp4"
+        env.reset(seed=1)
+        for step in range(60):  # one episode, 200 steps long, filmed from its reset
+            env.step(np.array([np.sin(step)], dtype=np.float32))
+        if film is ppo.StreamedVideo:
+            assert env.recording and not env.recorded_frames  # 61 frames played, none kept
+            wait_for(video.exists, timeout=30)  # the encoder has the file open mid-episode
+        env.close()
+        videos.append(video.read_bytes())
+    assert len(videos[0]) > 1000 and videos[0] == videos[1]
 
 
 def test_video_capture_prints_no_stray_error_lines(ppo, tmp_path):
