@@ -777,7 +777,11 @@ class StreamedVideo(gym.wrappers.RecordVideo):
         if self.writer is None:
             from moviepy.video.io.ffmpeg_writer import FFMPEG_VideoWriter
             path = os.path.join(self.video_folder, f"{self._video_name}.mp4")
-            self.writer = FFMPEG_VideoWriter(path, (frame.shape[1], frame.shape[0]), self.frames_per_sec)
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the encoder inherits the mask: a Ctrl-C
+            try:  # to the terminal's process group is the run's to act on; the encoder ends when its input does
+                self.writer = FFMPEG_VideoWriter(path, (frame.shape[1], frame.shape[0]), self.frames_per_sec)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         self.writer.write_frame(frame)
 
     def stop_recording(self):

@@ -11,6 +11,7 @@ import threading
 import time
 
 import gymnasium as gym
+import imageio_ffmpeg
 import numpy as np
 import pytest
 import torch
@@ -566,6 +567,23 @@ def test_ctrl_c_saves_a_checkpoint_and_says_how_to_resume(ppo, signum, tmp_path)
     assert "Resume with: " in stdout and "--resume" in stdout
     checkpoint = torch.load(glob.glob(str(tmp_path / "runs" / "*" / "checkpoint.pt"))[0], weights_only=True)
     assert checkpoint["global_step"] > 0
+
+
+def test_ctrl_c_while_an_episode_is_filmed_stops_the_run_and_finishes_the_video(ppo, tmp_path):
+    """The video encoder (ffmpeg) is a child of the run: a Ctrl-C to the terminal's process group is the run's to act
+    on (finish the iteration, save, close the video), not the encoder's, whose closed pipe would end the run as a
+    fault of the env."""
+    env_id = "MountainCar-v0" if ppo is ppo_discrete else "Pendulum-v1"
+    flags = ["--env-id", env_id, "--env-kwargs", '{"max_episode_steps": 1000000}', "--num-envs", "1",  # one episode
+             "--num-steps", "1024", "--total-timesteps", "10000000", "--checkpoint-interval", "0", "--capture-video"]
+    process = start(f"{ppo.__name__}.py", *flags, cwd=tmp_path, stderr=subprocess.PIPE, start_new_session=True)
+    wait_for(lambda: glob.glob(str(tmp_path / "videos" / "*" / "*.mp4")), timeout=60)  # its encoder has started
+    time.sleep(1.0)  # in the first rollout: 1,024 steps of a few hundred a second, filmed
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal does: to every process of the group
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == 128 + signal.SIGINT and "stopped at step" in stdout, stderr
+    (video,) = glob.glob(str(tmp_path / "videos" / "*" / "*.mp4"))
+    assert imageio_ffmpeg.count_frames_and_secs(video)[0] > 1  # a whole file: the episode up to the stop
 
 
 OWN_ENVS = '''import gymnasium as gym
