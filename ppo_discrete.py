@@ -215,6 +215,8 @@ class NatureCNN(nn.Sequential):
 
     def forward(self, x):  # uint8 frames (the buffer's) of shape (N, H, W), (N, C, H, W) or (N, H, W, C)
         x = x.unsqueeze(1) if x.dim() == 3 else x if x.shape[1] == self[0].in_channels else x.movedim(-1, 1)
+        if x.device.type == "cpu":  # channels last: oneDNN's convolutions take it ~1.3x faster, the same float32 math
+            x = x.contiguous(memory_format=torch.channels_last)
         return super().forward(x.float() / 255.0)
 
 
