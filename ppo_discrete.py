@@ -61,7 +61,7 @@ class Args:
     torch_deterministic: bool = True
     """if toggled, sets `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = False
-    """if toggled, train on the GPU when there is one (off by default: slower for the MLPs; Pong's CNN: 1.5x faster)"""
+    """if toggled, train on the GPU when there is one (off by default: slower for MLPs; Pong's CNN: up to 2x faster)"""
     track: bool = False
     """if toggled, also log to Weights and Biases (needs `pip install wandb`)"""
     wandb_project_name: str = "ppo-single-file"
