@@ -48,8 +48,9 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     """PPO for Box actions: `python ppo_continuous.py --env-id Humanoid-v5`, then `tensorboard --logdir runs`; each
     run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Images (uint8, (H, W), (C, H, W) or
-    (H, W, C), 36 x 36 or more; CarRacing-v3) go to a Nature CNN, unnormalized; the other defaults stay as they are.
-    CleanRL's MuJoCo settings:
+    (H, W, C), 36 x 36 or more; CarRacing-v3) go to a Nature CNN, unnormalized, and flags not given take IMAGE_DEFAULTS,
+    CleanRL's Atari update (on CarRacing-v3 the MuJoCo one overshoots): learning-rate 2.5e-4, gae-lambda 0.95,
+    num-minibatches 4, update-epochs 4, clip-coef 0.1, ent-coef 0.01, vf-coef 0.5. CleanRL's MuJoCo settings:
     --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
@@ -130,6 +131,10 @@ class Args:
     """an evaluation episode that has not ended after this many steps is cut there (for envs without a time limit)"""
     eval_sample: bool = False
     """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically"""
+
+
+IMAGE_DEFAULTS = {"learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4, "update_epochs": 4,
+                  "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5}  # CleanRL's Atari update
 
 
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
@@ -503,7 +508,7 @@ def check_args(args):
         fail(f"--env-kwargs is not valid JSON ({e}): {args.env_kwargs}")
     if not isinstance(env_kwargs, dict):
         fail(f"--env-kwargs must be a JSON object such as '{{\"continuous\": true}}', got {args.env_kwargs}")
-    check_env(args, env_kwargs)  # the env's own problems are named before any complaint about sizes
+    observations = check_env(args, env_kwargs)  # the env's own problems are named before any complaint about sizes
     for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes",
                  "eval_max_steps", "hidden_size", "learning_rate", "clip_coef", "max_grad_norm"):
         if getattr(args, name) <= 0:
@@ -527,6 +532,7 @@ def check_args(args):
     ]:
         if not ok:
             fail(message)
+    return observations
 
 
 def check_env(args, env_kwargs):
@@ -578,6 +584,7 @@ def check_env(args, env_kwargs):
     if any(image_shape(part) for part in parts) or (image and min(image[1:]) < 36):  # never an image into the MLP
         fail(f"{args.env_id} observes {observations}; {SCRIPT}'s Nature CNN takes an image of 36 x 36 pixels or more, "
              "alone (keep one part of a Dict in a wrapper, e.g. gym.wrappers.FilterObservation)")
+    return observations
 
 
 def load_checkpoint(path):
@@ -644,7 +651,9 @@ def parse_args():
         args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
         if ":" in args.env_id and args.env_id != command_line_env:  # gym.make would import the module before the colon
             fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
-    check_args(args)
+    if image_shape(check_args(args)) and not checkpoint:  # images: IMAGE_DEFAULTS, flags on the command line still win
+        args = tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
+        check_args(args)
     return args, checkpoint
 
 

@@ -119,14 +119,16 @@ def test_a_uint8_vector_is_no_image_and_trains_unnormalized_as_floats(ppo, in_tm
     assert "encoder.0.weight" not in ppo.load_checkpoint(path)["model"]  # the MLP, not the CNN
 
 
-@pytest.mark.parametrize("ppo", [ppo_discrete, ppo_vector_sameStep], ids=lambda module: module.__name__)
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
 def test_images_take_the_image_defaults_and_flags_given_still_win(ppo, monkeypatch):
-    monkeypatch.setattr(sys, "argv", [ppo.SCRIPT, "--env-id", "test/Side-v0", "--update-epochs", "2"])
+    continuous = ppo is ppo_continuous
+    image_env, vector_env = ("test/SideBox-v0", "Pendulum-v1") if continuous else ("test/Side-v0", "CartPole-v1")
+    monkeypatch.setattr(sys, "argv", [ppo.SCRIPT, "--env-id", image_env, "--update-epochs", "2"])
     args, _ = ppo.parse_args()
-    assert (args.learning_rate, args.num_minibatches, args.update_epochs) == (2.5e-4, 4, 2)
-    assert args.total_timesteps == ppo.IMAGE_DEFAULTS["total_timesteps"]
-    monkeypatch.setattr(sys, "argv", [ppo.SCRIPT, "--env-id", "CartPole-v1"])
-    assert ppo.parse_args()[0] == ppo.Args(env_id="CartPole-v1")  # vectors: the defaults as they were
+    assert (args.learning_rate, args.num_minibatches, args.update_epochs, args.ent_coef) == (2.5e-4, 4, 2, 0.01)
+    assert args.total_timesteps == ppo.IMAGE_DEFAULTS.get("total_timesteps", ppo.Args.total_timesteps)
+    monkeypatch.setattr(sys, "argv", [ppo.SCRIPT, "--env-id", vector_env])
+    assert ppo.parse_args()[0] == ppo.Args(env_id=vector_env)  # vectors: the defaults as they were
 
 
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
