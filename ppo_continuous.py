@@ -568,14 +568,17 @@ def check_env(args, env_kwargs):
     actions, observations = env.single_action_space, env.single_observation_space
     with contextlib.suppress(Exception):  # a close() that fails is said when training's envs close, after the run
         env.close()
-    if not isinstance(actions, gym.spaces.Box):
+    if isinstance(actions, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
         fail(f"{args.env_id} has a {type(actions).__name__} action space; {SCRIPT} needs Box (use ppo_discrete.py)")
+    if not isinstance(actions, gym.spaces.Box):
+        fail(f"{args.env_id} has a {type(actions).__name__} action space, which none of these scripts takes: map it "
+             "to a MultiDiscrete (ppo_discrete.py) or a Box (ppo_continuous.py) in a wrapper, e.g. TransformAction")
     if len(actions.shape) != 1:
         fail(f"{args.env_id} has Box actions of shape {actions.shape}; {SCRIPT} takes one-dimensional ones "
              "(reshape them in a wrapper, e.g. gym.wrappers.TransformAction)")
-    if int(getattr(actions, "start", 0)) != 0 or not np.issubdtype(actions.dtype, np.floating):
-        fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: it sends "
-             "Discrete actions from 0 and float Box actions (map them in a wrapper, e.g. gym.wrappers.TransformAction)")
+    if not np.issubdtype(actions.dtype, np.floating):
+        fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: its Box actions are floats "
+             "(map them in a wrapper, e.g. gym.wrappers.TransformAction, or use a MultiDiscrete)")
     if not observations.is_np_flattenable:
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
              f"{SCRIPT} needs one that flattens into a vector")

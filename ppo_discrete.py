@@ -113,6 +113,9 @@ class Args:
     """stop the update early when the approximate KL exceeds this (off when None)"""
     hidden_size: int = 64
     """the width of the two hidden layers of the actor and of the critic (vectors; an image's CNN ends in 512)"""
+    action_mask: bool = True
+    """if toggled, respect the env's invalid-action masks (info or observation "action_mask", or action_masks());
+    --no-action-mask ignores them, for comparison"""
 
     checkpoint_interval: int = 25
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -140,6 +143,8 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
             gym.register_envs(importlib.import_module("ale_py"))
             kwargs = {"frameskip": 1, **kwargs}  # the preprocessing below skips frames (and max-pools)
         env = gym.make(env_id, **kwargs)
+        if ActionMasks.source(env):  # a mask in the observation or from a method: into the info, as Taxi-v4 gives it
+            env = ActionMasks(env)
         if capture_video and idx == 0:  # filmed before preprocessing: every frame, in color
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
             trigger = (lambda episode: episode < film_first) if film_first else None
@@ -190,6 +195,55 @@ class AtariTraining(gym.vector.VectorWrapper):
         return obs, np.sign(rewards), terminations | life_lost, truncations, infos
 
 
+class ActionMasks(gym.Wrapper):
+    """Invalid-action masks, however the env gives them, reach train() as `info["action_mask"]` (1 = valid; the values
+    of every part in turn: Discrete n entries, MultiDiscrete sum(nvec), MultiBinary 2 per bit), as gymnasium's Taxi-v4
+    gives them: an `action_mask` entry beside the observation in a Dict (PettingZoo's games) is taken out of the
+    observation; an `action_masks()` method (sb3-contrib's MaskablePPO) is called after each reset and step."""
+
+    IN_OBSERVATION, METHOD = "the observation's 'action_mask' entry", "the env's action_masks() method"
+
+    @classmethod
+    def source(cls, env):
+        space = env.observation_space
+        if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
+            return cls.IN_OBSERVATION
+        return cls.METHOD if env.has_wrapper_attr("action_masks") else None
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.mask_source, space = self.source(env), env.observation_space
+        self.in_observation = self.mask_source == self.IN_OBSERVATION
+        if self.in_observation:
+            rest = {key: part for key, part in space.items() if key != "action_mask"}
+            self.observation_space = rest["observation"] if list(rest) == ["observation"] else gym.spaces.Dict(rest)
+
+    def reset(self, **kwargs):
+        return self.with_mask(*self.env.reset(**kwargs))
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        obs, info = self.with_mask(obs, info)
+        return obs, reward, terminated, truncated, info
+
+    def with_mask(self, obs, info):
+        if not self.in_observation:
+            return obs, {**info, "action_mask": np.asarray(self.env.get_wrapper_attr("action_masks")())}
+        obs = dict(obs)
+        info = {**info, "action_mask": obs.pop("action_mask")}
+        return (obs["observation"] if list(obs) == ["observation"] else obs), info
+
+
+def action_mask(infos, num_actions, ignored):
+    """The valid actions each sub-env gave with its observation, [num_envs, num_actions] bool; all valid where it gave
+    none, or where the action is ignored (the NEXT_STEP autoreset row: the mask of the episode's end is not used)."""
+    mask = np.ones((len(ignored), num_actions), dtype=bool)
+    if "action_mask" in infos:
+        given = infos["_action_mask"] & (ignored == 0)
+        mask[given] = infos["action_mask"][given].reshape(int(given.sum()), num_actions)
+    return mask
+
+
 def image_shape(space):
     """(channels, height, width) of an image, a uint8 Box of 2 or 3 dimensions (channels the smaller end); else None."""
     shape = space.shape if isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 else ()
@@ -220,10 +274,34 @@ class NatureCNN(nn.Sequential):
         return super().forward(x.float() / 255.0)
 
 
+def action_parts(space):
+    """The sizes of an action's parts: Discrete is one part, MultiDiscrete one per entry, MultiBinary one per bit."""
+    if isinstance(space, gym.spaces.Discrete):
+        return np.array([space.n])
+    if isinstance(space, gym.spaces.MultiBinary):
+        return np.full(int(np.prod(space.shape)), 2)
+    return space.nvec.reshape(-1)
+
+
+def env_actions(space, index):
+    """The env's actions from the policy's [num_envs, parts] choices (an index into each part)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return index[:, 0] + space.start
+    start = space.start.reshape(-1) if isinstance(space, gym.spaces.MultiDiscrete) else 0
+    return (index + start).reshape((len(index),) + space.shape).astype(space.dtype)
+
+
 class Agent(nn.Module):
     def __init__(self, envs, hidden_size=64):
         super().__init__()
-        space, num_actions = envs.single_observation_space, envs.single_action_space.n
+        # MultiDiscrete detail: one head gives the logits of every part, laid out on a [parts, largest part] grid
+        parts = action_parts(envs.single_action_space)
+        space, num_actions, largest = envs.single_observation_space, int(parts.sum()), int(parts.max())
+        grid = np.arange(largest) < parts[:, None]  # cells beyond a part's size are never valid
+        index = np.where(grid, np.cumsum(parts)[:, None] - parts[:, None] + np.arange(largest), 0)
+        self.register_buffer("logit_index", torch.from_numpy(index), persistent=False)  # grid cell -> head output
+        self.register_buffer("in_part", torch.from_numpy(grid), persistent=False)
+        self.padded = not grid.all()
         if image_shape(space):  # Atari details: one CNN shared by actor and critic, a linear head each
             self.encoder = NatureCNN(*image_shape(space))
             self.critic = layer_init(nn.Linear(512, 1), std=1.0)
@@ -252,19 +330,29 @@ class Agent(nn.Module):
     def get_value(self, x):
         return self.critic(self.encode(x))
 
-    def get_action(self, x, action=None):
-        return self.policy(self.encode(x), action)
+    def get_action(self, x, action=None, mask=None):
+        return self.policy(self.encode(x), action, mask)
 
-    def policy(self, hidden, action=None):
-        """The policy at encoded observations: an action (sampled unless given), its log-probability, the entropy."""
-        log_probs = torch.log_softmax(self.actor(hidden), dim=-1)  # the categorical distribution pi(.|x)
+    def log_probs(self, hidden, mask=None):
+        """log pi(.|x) of each part, [N, parts, largest part]. Invalid-action masking: a masked logit (mask: the env's,
+        [N, head outputs], 1 = valid) is set to -1e8: it has no probability, no gradient and no share of the entropy."""
+        logits = self.actor(hidden)[:, self.logit_index]
+        if mask is not None or self.padded:
+            valid = self.in_part if mask is None else self.in_part & mask[:, self.logit_index]
+            logits = torch.where(valid, logits, -1e8)
+        return torch.log_softmax(logits, dim=-1)  # a categorical distribution per part
+
+    def policy(self, hidden, action=None, mask=None):
+        """The policy at encoded observations: an action (sampled unless given; [N, parts]), its log-probability and
+        the entropy, each summed over the parts (MultiDiscrete detail: the parts are independent)."""
+        log_probs = self.log_probs(hidden, mask)
         if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p (cheaper than multinomial)
             action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
-        logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-        return action, logprob, -(log_probs.exp() * log_probs).sum(-1)
+        logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1).sum(-1)
+        return action, logprob, -(log_probs.exp() * log_probs).sum(-1).sum(-1)
 
-    def act_deterministic(self, x):  # for evaluation: the most probable action
-        return self.actor(self.encode(x)).argmax(dim=-1)
+    def act_deterministic(self, x, mask=None):  # for evaluation: the most probable value of each part
+        return self.log_probs(self.encode(x), mask).argmax(dim=-1)
 
 
 def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
@@ -288,10 +376,11 @@ def real_transitions(valid, *rollout):
     return [torch.from_numpy(x.reshape((-1,) + x.shape[2:])[keep]) for x in rollout]
 
 
-def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
-    """The clipped PPO loss on one minibatch of real transitions, and its statistics (each one logged)."""
+def ppo_loss(agent, obs, actions, masks, old_logprobs, advantages, returns, old_values, args):
+    """The clipped PPO loss on one minibatch of real transitions, and its statistics (each one logged). masks: the
+    valid actions at each row's step (None: no masks), so the ratio compares policies under the same mask."""
     hidden = agent.encode(obs)  # an image's CNN runs once for both heads (vectors pass as they are)
-    _, new_logprob, entropy = agent.policy(hidden, actions)
+    _, new_logprob, entropy = agent.policy(hidden, actions, masks)
     new_value = agent.critic(hidden).view(-1)
     logratio = new_logprob - old_logprobs
     ratio = logratio.exp()
@@ -344,14 +433,20 @@ def train(args, checkpoint=None):
     # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
     obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape,
                    dtype=np.uint8 if image else np.float32)  # frames stay uint8: a quarter of float32's memory
-    actions = np.zeros((args.num_steps, args.num_envs), dtype=np.int64)
+    parts = action_parts(envs.single_action_space)
+    actions = np.zeros((args.num_steps, args.num_envs, len(parts)), dtype=np.int64)  # an index into each action part
+    masks = np.ones((args.num_steps, args.num_envs, parts.sum()), dtype=bool)  # the valid actions at each step
     logprobs, rewards, terminations, dones, valid = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
                                                      for _ in range(5))
 
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
-        next_obs, _ = envs.reset(seed=seed)
+        next_obs, infos = envs.reset(seed=seed)
         next_done = np.zeros(args.num_envs, dtype=np.float32)
+        masked = args.action_mask and "action_mask" in infos  # detail: invalid-action masking (see ActionMasks)
+        next_mask = action_mask(infos, parts.sum(), next_done)
+        if "action_mask" in infos:
+            print(f"action masks: from {mask_source(envs)}{'' if masked else ', ignored (--no-action-mask)'}")
         for iteration in range(start_iteration, num_iterations + 1):
             optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
 
@@ -362,13 +457,17 @@ def train(args, checkpoint=None):
                 # NEXT_STEP autoreset: the step after an episode ended only resets that sub-env (action ignored,
                 # reward 0). It is not a real transition, so it gets valid = 0 and no weight in the update.
                 valid[step] = 1.0 - next_done
+                masks[step] = next_mask  # kept: the update scores each action under the mask it was chosen under
                 with torch.no_grad():
-                    action, logprob, _ = agent.get_action(torch.from_numpy(obs[step]).to(device))
+                    mask = torch.from_numpy(masks[step]).to(device) if masked else None
+                    action, logprob, _ = agent.get_action(torch.from_numpy(obs[step]).to(device), mask=mask)
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = logprob.cpu().numpy()
 
-                next_obs, reward, terminated, truncated, infos = envs.step(actions[step])
+                next_obs, reward, terminated, truncated, infos = envs.step(env_actions(envs.single_action_space,
+                                                                                       actions[step]))
                 next_done = np.logical_or(terminated, truncated).astype(np.float32)
+                next_mask = action_mask(infos, parts.sum(), next_done)
                 rewards[step] = reward
                 terminations[step] = terminated
                 dones[step] = next_done
@@ -388,8 +487,8 @@ def train(args, checkpoint=None):
             returns = advantages + values  # detail 5: the value target is advantage + value
 
             # Flatten the rollout into one batch, keeping the real transitions only (autoreset rows dropped).
-            b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values = (
-                x.to(device) for x in real_transitions(valid, obs, actions, logprobs, advantages, returns, values))
+            b_obs, b_actions, b_masks, b_logprobs, b_advantages, b_returns, b_values = (x.to(device) for x in
+                real_transitions(valid, obs, actions, masks, logprobs, advantages, returns, values))
 
             # Update: update_epochs passes over the batch in shuffled minibatches.
             update_stats = []
@@ -397,8 +496,8 @@ def train(args, checkpoint=None):
             for epoch in range(args.update_epochs):
                 # detail 6: a fresh shuffle each epoch; the minibatches together cover the whole batch
                 for mb in torch.randperm(len(b_obs), device=device).tensor_split(num_minibatches):
-                    loss, stats = ppo_loss(agent, b_obs[mb], b_actions[mb], b_logprobs[mb], b_advantages[mb],
-                                           b_returns[mb], b_values[mb], args)
+                    loss, stats = ppo_loss(agent, b_obs[mb], b_actions[mb], b_masks[mb] if masked else None,
+                                           b_logprobs[mb], b_advantages[mb], b_returns[mb], b_values[mb], args)
                     if not torch.isfinite(loss):
                         raise FloatingPointError("loss")  # the run keeps its last complete iteration
                     optimizer.zero_grad()
@@ -436,6 +535,12 @@ def command(args, flag, checkpoint_path, *more):
     """The command on a checkpoint (flag: --resume or --eval-checkpoint), with --env-id for an env from a module."""
     env = ["--env-id", args.env_id] if ":" in args.env_id else []
     return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
+
+
+def mask_source(envs):
+    """Where the env's action masks come from: ActionMasks says, else the env's info gives them."""
+    env = envs.unwrapped.envs[0]
+    return env.get_wrapper_attr("mask_source") if env.has_wrapper_attr("mask_source") else "the info's 'action_mask'"
 
 
 def first_line(error):
@@ -516,12 +621,12 @@ def check_env(args, env_kwargs):
         env.close()
     if args.env_backend == "envpool" and env.config["max_num_players"] > 1:  # board games, multi-agent driving
         fail(f"{args.env_id} is a game of several players; {SCRIPT} trains one agent")
-    if not isinstance(actions, gym.spaces.Discrete):
-        fail(f"{args.env_id} has a {type(actions).__name__} action space; {SCRIPT} needs Discrete "
+    if isinstance(actions, gym.spaces.Box):
+        fail(f"{args.env_id} has a Box action space; {SCRIPT} takes Discrete, MultiDiscrete and MultiBinary "
              "(use ppo_continuous.py)")
-    if int(getattr(actions, "start", 0)) != 0 or not np.issubdtype(actions.dtype, np.integer):
-        fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: it sends "
-             "Discrete actions from 0 and float Box actions (map them in a wrapper, e.g. gym.wrappers.TransformAction)")
+    if not isinstance(actions, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
+        fail(f"{args.env_id} has a {type(actions).__name__} action space, which none of these scripts takes: map it "
+             "to a MultiDiscrete (ppo_discrete.py) or a Box (ppo_continuous.py) in a wrapper, e.g. TransformAction")
     if not observations.is_np_flattenable:
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
              f"{SCRIPT} needs one that flattens into a vector")
@@ -630,7 +735,21 @@ class CheckedEnvs(gym.vector.VectorWrapper):
         for index, name in enumerate(finite):
             if not np.isfinite(result[index]).all():
                 raise FloatingPointError(name)
+        if finite and "action_mask" in result[-1]:  # a step's mask is not used where its episode ended
+            self.check_mask(result[-1], result[2] | result[3] if len(result) == 5 else np.zeros(self.num_envs, bool))
         return result
+
+    def check_mask(self, infos, ended):
+        """An action mask has an entry for each value of each part, and leaves each part a valid value."""
+        parts, space = action_parts(self.single_action_space), self.single_action_space
+        masks = np.asarray(infos["action_mask"]).reshape(self.num_envs, -1)[infos["_action_mask"] & ~ended]
+        if masks.shape[1] != parts.sum():
+            raise EnvError(f"gave an action mask of {masks.shape[1]} entries; its {space} takes {parts.sum()} "
+                           "(1 = valid, for each value of each part in turn)")
+        empty = np.add.reduceat(masks != 0, np.cumsum(parts) - parts, axis=1) == 0
+        if empty.any():
+            part = f" in part {np.argwhere(empty)[0, 1]} of its {space}" if len(parts) > 1 else ""
+            raise EnvError(f"gave an action mask with no valid action{part}")
 
 
 class StreamedVideo(gym.wrappers.RecordVideo):
@@ -852,12 +971,15 @@ def evaluate(args, checkpoint):
     agent = Agent(envs, args.hidden_size)
     restore(checkpoint, {"model": agent}, args.env_id)
     episodic_returns, episode_return, episode_length = [], 0.0, 0
-    next_obs, _ = envs.reset(seed=args.seed)
+    next_obs, infos = envs.reset(seed=args.seed)
+    parts = action_parts(envs.single_action_space)
     while len(episodic_returns) < args.eval_episodes:
         obs = torch.from_numpy(next_obs.astype(np.float32))
+        mask = torch.from_numpy(action_mask(infos, parts.sum(), np.zeros(1))) if args.action_mask else None
         with torch.no_grad():
-            action = agent.get_action(obs)[0] if args.eval_sample else agent.act_deterministic(obs)
-        next_obs, reward, terminated, truncated, _ = envs.step(action.numpy())
+            action = agent.get_action(obs, mask=mask)[0] if args.eval_sample else agent.act_deterministic(obs, mask)
+        action = env_actions(envs.single_action_space, action.numpy())
+        next_obs, reward, terminated, truncated, infos = envs.step(action)
         episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
         if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
             episodic_returns.append(episode_return)
@@ -867,7 +989,7 @@ def evaluate(args, checkpoint):
                   flush=True)
             episode_return, episode_length = 0.0, 0
             if len(episodic_returns) < args.eval_episodes:  # the next episode starts at once, whatever the autoreset
-                next_obs, _ = envs.reset()
+                next_obs, infos = envs.reset()
     envs.close()
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over "
           f"{args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "

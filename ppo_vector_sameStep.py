@@ -122,6 +122,9 @@ class Args:
     """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10]"""
     hidden_size: int = 64
     """the width of the two hidden layers of the actor and of the critic (vectors; an image's CNN ends in 512)"""
+    action_mask: bool = True
+    """if toggled, respect the env's invalid-action masks (info or observation "action_mask", or action_masks());
+    --no-action-mask ignores them, for comparison"""
     init_log_std: float = -1.0
     """Box actions: the log standard deviation the policy starts with (0: std 1; Humanoid's lie in [-0.4, 0.4])"""
 
@@ -155,6 +158,8 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
             gym.register_envs(importlib.import_module("ale_py"))
             kwargs = {"frameskip": 1, **kwargs}  # the preprocessing below skips frames (and max-pools)
         env = gym.make(env_id, **kwargs)
+        if ActionMasks.source(env):  # a mask in the observation or from a method: into the info, as Taxi-v4 gives it
+            env = ActionMasks(env)
         if capture_video and idx == 0:  # filmed before preprocessing: every frame, in color
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
             trigger = (lambda episode: episode < film_first) if film_first else None
@@ -202,6 +207,65 @@ class AtariTraining(gym.vector.VectorWrapper):
         return obs, np.sign(rewards), terminations | life_lost, truncations, infos
 
 
+class ActionMasks(gym.Wrapper):
+    """Invalid-action masks, however the env gives them, reach train() as `info["action_mask"]` (1 = valid; the values
+    of every part in turn: Discrete n entries, MultiDiscrete sum(nvec), MultiBinary 2 per bit), as gymnasium's Taxi-v4
+    gives them: an `action_mask` entry beside the observation in a Dict (PettingZoo's games) is taken out of the
+    observation; an `action_masks()` method (sb3-contrib's MaskablePPO) is called after each reset and step."""
+
+    IN_OBSERVATION, METHOD = "the observation's 'action_mask' entry", "the env's action_masks() method"
+
+    @classmethod
+    def source(cls, env):
+        space = env.observation_space
+        if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
+            return cls.IN_OBSERVATION
+        return cls.METHOD if env.has_wrapper_attr("action_masks") else None
+
+    def __init__(self, env):
+        super().__init__(env)
+        self.mask_source, space = self.source(env), env.observation_space
+        self.in_observation = self.mask_source == self.IN_OBSERVATION
+        if self.in_observation:
+            rest = {key: part for key, part in space.items() if key != "action_mask"}
+            self.observation_space = rest["observation"] if list(rest) == ["observation"] else gym.spaces.Dict(rest)
+
+    def reset(self, **kwargs):
+        return self.with_mask(*self.env.reset(**kwargs))
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        obs, info = self.with_mask(obs, info)
+        return obs, reward, terminated, truncated, info
+
+    def with_mask(self, obs, info):
+        if not self.in_observation:
+            return obs, {**info, "action_mask": np.asarray(self.env.get_wrapper_attr("action_masks")())}
+        obs = dict(obs)
+        info = {**info, "action_mask": obs.pop("action_mask")}
+        return (obs["observation"] if list(obs) == ["observation"] else obs), info
+
+
+def action_mask(infos, num_actions, ignored):
+    """The valid actions each sub-env gave with its observation, [num_envs, num_actions] bool; all valid where it gave
+    none, or where the action is ignored (the NEXT_STEP autoreset row: the mask of the episode's end is not used)."""
+    mask = np.ones((len(ignored), num_actions), dtype=bool)
+    if "action_mask" in infos:
+        given = infos["_action_mask"] & (ignored == 0)
+        mask[given] = infos["action_mask"][given].reshape(int(given.sum()), num_actions)
+    return mask
+
+
+def action_mask(infos, num_envs, num_actions):
+    """The valid actions each sub-env gave with its observation, [num_envs, num_actions] bool; all valid where it gave
+    none. Under SAME_STEP a sub-env reset in the step gives the mask of its new episode's first observation."""
+    mask = np.ones((num_envs, num_actions), dtype=bool)
+    if "action_mask" in infos and num_actions:
+        given = infos["_action_mask"]
+        mask[given] = infos["action_mask"][given].reshape(-1, num_actions)
+    return mask
+
+
 def image_shape(space):
     """(channels, height, width) of an image, a uint8 Box of 2 or 3 dimensions (channels the smaller end); else None."""
     shape = space.shape if isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 else ()
@@ -232,12 +296,38 @@ class NatureCNN(nn.Sequential):
         return super().forward(x.float() / 255.0)
 
 
+def action_parts(space):
+    """The sizes of an action's parts: Discrete is one part, MultiDiscrete one per entry, MultiBinary one per bit."""
+    if isinstance(space, gym.spaces.Discrete):
+        return np.array([space.n])
+    if isinstance(space, gym.spaces.MultiBinary):
+        return np.full(int(np.prod(space.shape)), 2)
+    return space.nvec.reshape(-1)
+
+
+def env_actions(space, index):
+    """The env's actions from the policy's [num_envs, parts] choices (an index into each part)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return index[:, 0] + space.start
+    start = space.start.reshape(-1) if isinstance(space, gym.spaces.MultiDiscrete) else 0
+    return (index + start).reshape((len(index),) + space.shape).astype(space.dtype)
+
+
 class Agent(nn.Module):
     def __init__(self, envs, hidden_size=64, init_log_std=-1.0):
         super().__init__()
-        space, self.discrete = envs.single_observation_space, isinstance(envs.single_action_space, gym.spaces.Discrete)
-        action_dim = envs.single_action_space.n if self.discrete else int(np.prod(envs.single_action_space.shape))
-        if not self.discrete:  # continuous detail 2: a state-independent log standard deviation
+        space, actions = envs.single_observation_space, envs.single_action_space
+        self.discrete = not isinstance(actions, gym.spaces.Box)  # Discrete, MultiDiscrete, MultiBinary: categorical
+        if self.discrete:  # MultiDiscrete detail: one head gives the logits of every part, on a [parts, largest] grid
+            parts = action_parts(actions)
+            self.mask_size, largest = int(parts.sum()), int(parts.max())  # the mask: one entry per logit
+            grid = np.arange(largest) < parts[:, None]  # cells beyond a part's size are never valid
+            index = np.where(grid, np.cumsum(parts)[:, None] - parts[:, None] + np.arange(largest), 0)
+            self.register_buffer("logit_index", torch.from_numpy(index), persistent=False)  # grid cell -> head output
+            self.register_buffer("in_part", torch.from_numpy(grid), persistent=False)
+            self.padded, action_dim = not grid.all(), self.mask_size
+        else:  # continuous detail 2: a state-independent log standard deviation
+            self.mask_size, action_dim = 0, int(np.prod(actions.shape))
             self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
         if image_shape(space):  # Atari details: one CNN shared by actor and critic, a linear head each
             self.encoder = NatureCNN(*image_shape(space))
@@ -268,17 +358,27 @@ class Agent(nn.Module):
     def get_value(self, x):
         return self.critic(self.encode(x))
 
-    def get_action(self, x, action=None):
-        return self.policy(self.encode(x), action)
+    def get_action(self, x, action=None, mask=None):
+        return self.policy(self.encode(x), action, mask)
 
-    def policy(self, hidden, action=None):
-        """The policy at encoded observations: an action (sampled unless given), its log-probability, the entropy."""
+    def log_probs(self, hidden, mask=None):
+        """log pi(.|x) of each part, [N, parts, largest part]. Invalid-action masking: a masked logit (mask: the env's,
+        [N, head outputs], 1 = valid) is set to -1e8: it has no probability, no gradient and no share of the entropy."""
+        logits = self.actor(hidden)[:, self.logit_index]
+        if mask is not None or self.padded:
+            valid = self.in_part if mask is None else self.in_part & mask[:, self.logit_index]
+            logits = torch.where(valid, logits, -1e8)
+        return torch.log_softmax(logits, dim=-1)  # a categorical distribution per part
+
+    def policy(self, hidden, action=None, mask=None):
+        """The policy at encoded observations: an action (sampled unless given), its log-probability, the entropy.
+        Categorical actions are [N, parts], their log-probabilities and entropies summed over the independent parts."""
         if self.discrete:
-            log_probs = torch.log_softmax(self.actor(hidden), dim=-1)  # the categorical distribution pi(.|x)
+            log_probs = self.log_probs(hidden, mask)
             if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p
                 action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
-            logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-            return action, logprob, -(log_probs.exp() * log_probs).sum(-1)
+            logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1).sum(-1)
+            return action, logprob, -(log_probs.exp() * log_probs).sum(-1).sum(-1)
         # continuous details 1 and 3: a normal distribution per action dimension, log-probabilities summed
         mean = self.actor(hidden)
         log_std = self.actor_logstd.expand_as(mean)
@@ -288,9 +388,9 @@ class Agent(nn.Module):
         logprob = (-0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         return action, logprob, (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
 
-    def act_deterministic(self, x):  # for evaluation: the most probable action (Discrete) or the mean (Box)
-        output = self.actor(self.encode(x))
-        return output.argmax(dim=-1) if self.discrete else output
+    def act_deterministic(self, x, mask=None):  # for evaluation: each part's most probable value, or the mean (Box)
+        hidden = self.encode(x)
+        return self.log_probs(hidden, mask).argmax(dim=-1) if self.discrete else self.actor(hidden)
 
 
 class RunningMeanStd:
@@ -348,7 +448,8 @@ class RewardScaler:
 def gae_lambda_for(action_space, given=None):
     """Unless given: lower lambda for more action dimensions, a rule fitted on this project's MuJoCo screens
     (benchmarks/results/README.md, "Why GAE's λ splits"): Humanoid-v5 learns at 0.8, Hopper-v5 at 0.95."""
-    return given if given is not None else min(0.95, max(0.8, 1.0 - int(np.prod(action_space.shape)) / 80))
+    dims = int(np.prod(action_space.shape)) if isinstance(action_space, gym.spaces.Box) else 1  # fitted on Box only
+    return given if given is not None else min(0.95, max(0.8, 1.0 - dims / 80))
 
 
 def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
@@ -366,10 +467,11 @@ def compute_advantages(rewards, values, next_values, terminations, dones, gamma,
     return advantages
 
 
-def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
-    """The clipped PPO loss on one minibatch, and its statistics (each one logged)."""
+def ppo_loss(agent, obs, actions, masks, old_logprobs, advantages, returns, old_values, args):
+    """The clipped PPO loss on one minibatch, and its statistics (each one logged). masks: the valid actions at each
+    row's step (None: no masks), so the ratio compares policies under the same mask."""
     hidden = agent.encode(obs)  # an image's CNN runs once for both heads (vectors pass as they are)
-    _, new_logprob, entropy = agent.policy(hidden, actions)
+    _, new_logprob, entropy = agent.policy(hidden, actions, masks)
     new_value = agent.critic(hidden).view(-1)
     logratio = new_logprob - old_logprobs
     ratio = logratio.exp()
@@ -423,11 +525,13 @@ def train(args, checkpoint=None):
     state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
 
     # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
-    obs_shape, action_shape = envs.single_observation_space.shape, envs.single_action_space.shape
+    obs_shape, space = envs.single_observation_space.shape, envs.single_action_space
+    action_shape = (len(action_parts(space)),) if agent.discrete else space.shape  # categorical: an index a part
     obs_dtype = np.uint8 if image else np.float32  # frames stay uint8: a quarter of float32's memory
     obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=obs_dtype)
     final_obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=obs_dtype)  # normalized, at episode ends
     actions = np.zeros((args.num_steps, args.num_envs) + action_shape, dtype=np.int64 if agent.discrete else np.float32)
+    masks = np.ones((args.num_steps, args.num_envs, agent.mask_size), dtype=bool)  # the valid actions at each step
     logprobs, rewards, terminations, dones = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
                                               for _ in range(4))
     low, high = (None, None) if agent.discrete else (envs.single_action_space.low, envs.single_action_space.high)
@@ -436,8 +540,12 @@ def train(args, checkpoint=None):
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
         # A resumed run starts fresh episodes, seeded apart from the original run's first ones.
-        next_obs, _ = envs.reset(seed=args.seed + start_iteration - 1)
+        next_obs, infos = envs.reset(seed=args.seed + start_iteration - 1)
         next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True)
+        masked = args.action_mask and agent.discrete and "action_mask" in infos  # detail: invalid-action masking
+        next_mask = action_mask(infos, args.num_envs, agent.mask_size)
+        if "action_mask" in infos and agent.discrete:
+            print(f"action masks: from {mask_source(envs)}{'' if masked else ', ignored (--no-action-mask)'}")
         for iteration in range(start_iteration, num_iterations + 1):
             optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
 
@@ -445,15 +553,20 @@ def train(args, checkpoint=None):
             for step in range(args.num_steps):
                 global_step += args.num_envs
                 obs[step] = next_obs
+                masks[step] = next_mask  # kept: the update scores each action under the mask it was chosen under
                 with torch.no_grad():
-                    action, logprob, _ = agent.get_action(torch.from_numpy(obs[step]).to(device))
+                    mask = torch.from_numpy(masks[step]).to(device) if masked else None
+                    action, logprob, _ = agent.get_action(torch.from_numpy(obs[step]).to(device), mask=mask)
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = logprob.cpu().numpy()
 
                 # continuous detail 5: the env gets the action clipped to its bounds; the buffer keeps the sampled one
-                env_actions = actions[step] if agent.discrete else np.clip(actions[step], low, high)
-                next_obs, reward, terminated, truncated, infos = envs.step(env_actions)
+                if agent.discrete:
+                    next_obs, reward, terminated, truncated, infos = envs.step(env_actions(space, actions[step]))
+                else:
+                    next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], low, high))
                 next_done = np.logical_or(terminated, truncated)
+                next_mask = action_mask(infos, args.num_envs, agent.mask_size)  # a reset sub-env's: its new episode's
                 if "_final_obs" in infos:  # (a lost life ends a training episode of Atari but not the game: no reset)
                     # SAME_STEP: the finished sub-envs are already reset; their true last observation is in
                     # infos["final_obs"]. Normalize it with the same statistics as every other observation.
@@ -484,17 +597,17 @@ def train(args, checkpoint=None):
             returns = advantages + values  # detail 5: the value target is advantage + value
 
             # Flatten the rollout into one batch: under SAME_STEP every row is a real transition.
-            b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values = (
-                torch.from_numpy(x.reshape((-1,) + x.shape[2:])).to(device)
-                for x in (obs, actions, logprobs, advantages, returns, values))
+            b_obs, b_actions, b_masks, b_logprobs, b_advantages, b_returns, b_values = (
+                torch.from_numpy(x.reshape((args.num_envs * args.num_steps,) + x.shape[2:])).to(device)
+                for x in (obs, actions, masks, logprobs, advantages, returns, values))
 
             # Update: update_epochs passes over the batch in shuffled minibatches.
             update_stats = []
             for epoch in range(args.update_epochs):
                 # detail 6: a fresh shuffle each epoch; the minibatches together cover the whole batch
                 for mb in torch.randperm(len(b_obs), device=device).tensor_split(args.num_minibatches):
-                    loss, stats = ppo_loss(agent, b_obs[mb], b_actions[mb], b_logprobs[mb], b_advantages[mb],
-                                           b_returns[mb], b_values[mb], args)
+                    loss, stats = ppo_loss(agent, b_obs[mb], b_actions[mb], b_masks[mb] if masked else None,
+                                           b_logprobs[mb], b_advantages[mb], b_returns[mb], b_values[mb], args)
                     if not torch.isfinite(loss):
                         raise FloatingPointError("loss")  # the run keeps its last complete iteration
                     optimizer.zero_grad()
@@ -532,6 +645,13 @@ def command(args, flag, checkpoint_path, *more):
     """The command on a checkpoint (flag: --resume or --eval-checkpoint), with --env-id for an env from a module."""
     env = ["--env-id", args.env_id] if ":" in args.env_id else []
     return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
+
+
+def mask_source(envs):
+    """Where the env's action masks come from: ActionMasks says, else the env's info gives them."""
+    if envs.unwrapped.call("has_wrapper_attr", "mask_source")[0]:
+        return envs.unwrapped.get_attr("mask_source")[0]
+    return "the info's 'action_mask'"
 
 
 def first_line(error):
@@ -598,15 +718,16 @@ def check_env(args, env_kwargs):
     actions, observations = env.action_space, env.unwrapped.observation_space  # before make_env flattens it
     with contextlib.suppress(Exception):  # a close() that fails is said when training's envs close, after the run
         env.close()
-    if not isinstance(actions, (gym.spaces.Discrete, gym.spaces.Box)):
-        fail(f"{args.env_id} has a {type(actions).__name__} action space; {SCRIPT} takes Discrete or Box")
+    categorical = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
+    if not isinstance(actions, (*categorical, gym.spaces.Box)):
+        fail(f"{args.env_id} has a {type(actions).__name__} action space, which none of these scripts takes: map it "
+             "to a MultiDiscrete (ppo_discrete.py) or a Box (ppo_continuous.py) in a wrapper, e.g. TransformAction")
     if isinstance(actions, gym.spaces.Box) and len(actions.shape) != 1:
         fail(f"{args.env_id} has Box actions of shape {actions.shape}; {SCRIPT} takes one-dimensional ones "
              "(reshape them in a wrapper, e.g. gym.wrappers.TransformAction)")
-    kind = np.floating if isinstance(actions, gym.spaces.Box) else np.integer
-    if int(getattr(actions, "start", 0)) != 0 or not np.issubdtype(actions.dtype, kind):
-        fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: it sends "
-             "Discrete actions from 0 and float Box actions (map them in a wrapper, e.g. gym.wrappers.TransformAction)")
+    if isinstance(actions, gym.spaces.Box) and not np.issubdtype(actions.dtype, np.floating):
+        fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: its Box actions are floats "
+             "(map them in a wrapper, e.g. gym.wrappers.TransformAction, or use a MultiDiscrete)")
     if not observations.is_np_flattenable:
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
              f"{SCRIPT} needs one that flattens into a vector")
@@ -742,6 +863,8 @@ class CheckedEnvs(gym.vector.VectorWrapper):
         for name, value in zip(("observation", "reward"), result[:2] if len(result) == 5 else result[:1]):
             if not np.isfinite(value).all():
                 raise FloatingPointError(name)
+        if "action_mask" in result[-1] and not isinstance(self.single_action_space, gym.spaces.Box):
+            self.check_mask(result[-1])
         if len(result) == 5 and "final_obs" in result[4]:
             final_obs, shape = result[4]["final_obs"][result[4]["_final_obs"]], self.single_observation_space.shape
             if any(np.shape(o) != shape for o in final_obs):
@@ -749,6 +872,18 @@ class CheckedEnvs(gym.vector.VectorWrapper):
             if not all(np.isfinite(o).all() for o in final_obs):
                 raise FloatingPointError("final observation")
         return result
+
+    def check_mask(self, infos):
+        """An action mask has an entry for each value of each part, and leaves each part a valid value."""
+        parts, space = action_parts(self.single_action_space), self.single_action_space
+        masks = np.asarray(infos["action_mask"]).reshape(self.num_envs, -1)[infos["_action_mask"]]
+        if masks.shape[1] != parts.sum():
+            raise EnvError(f"gave an action mask of {masks.shape[1]} entries; its {space} takes {parts.sum()} "
+                           "(1 = valid, for each value of each part in turn)")
+        empty = np.add.reduceat(masks != 0, np.cumsum(parts) - parts, axis=1) == 0
+        if empty.any():
+            part = f" in part {np.argwhere(empty)[0, 1]} of its {space}" if len(parts) > 1 else ""
+            raise EnvError(f"gave an action mask with no valid action{part}")
 
     def close(self, **kwargs):
         """gymnasium's close() would wait for the step in flight, or write to a dead worker's pipe: terminate them."""
@@ -988,15 +1123,16 @@ def evaluate(args, checkpoint):
     obs_rms = RunningMeanStd(envs.single_observation_space.shape)
     restore(checkpoint, {"model": agent, "obs_rms": obs_rms}, args.env_id)  # continuous detail 6: statistics frozen
     episodic_returns, episode_return, episode_length = [], 0.0, 0
-    next_obs, _ = envs.reset(seed=args.seed)
-    norm_obs = args.norm_obs and not image_shape(envs.single_observation_space)
+    next_obs, infos = envs.reset(seed=args.seed)
+    norm_obs, space = args.norm_obs and not image_shape(envs.single_observation_space), envs.single_action_space
     while len(episodic_returns) < args.eval_episodes:
         obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False))
+        mask = torch.from_numpy(action_mask(infos, 1, agent.mask_size)) if args.action_mask and agent.discrete else None
         with torch.no_grad():
-            action = agent.get_action(obs)[0] if args.eval_sample else agent.act_deterministic(obs)
-        action = action.numpy() if agent.discrete else np.clip(action.numpy(), envs.single_action_space.low,
-                                                                  envs.single_action_space.high)
-        next_obs, reward, terminated, truncated, _ = envs.step(action)
+            action = agent.get_action(obs, mask=mask)[0] if args.eval_sample else agent.act_deterministic(obs, mask)
+        action = action.numpy()
+        action = env_actions(space, action) if agent.discrete else np.clip(action, space.low, space.high)
+        next_obs, reward, terminated, truncated, infos = envs.step(action)
         episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
         if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
             episodic_returns.append(episode_return)
@@ -1006,7 +1142,7 @@ def evaluate(args, checkpoint):
                   flush=True)
             episode_return, episode_length = 0.0, 0
             if not (terminated[0] or truncated[0]):  # a cut episode; one that ended was reset in the same step
-                next_obs, _ = envs.reset()
+                next_obs, infos = envs.reset()
     envs.close()
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over "
           f"{args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "

@@ -123,6 +123,103 @@ for name, observations, actions in (
 ):
     gym.register(f"test/{name}-v0", entry_point=SpacesEnv, kwargs={"observation_space": observations, "action_space": actions})
 
+
+class MaskedEnv(gym.Env):
+    """One valid value in each action part, which changes every step: part k's valid index is (steps + k) % its size,
+    steps counted in the episode (5 steps, then truncated: the next episode's first mask differs from the last one).
+    The mask comes in `convention`: "info" (Taxi-v4's), "observation" (a Dict entry beside "observation", PettingZoo's)
+    or "method" (action_masks(), sb3-contrib's); the observation is the one-hot step count. An invalid action raises
+    (strict) or is counted in `invalid_actions`. empty_at: from that step of the env's life, the mask has no valid value
+    in its last part; mask_size: a mask of that many entries instead."""
+
+    def __init__(self, action_space=gym.spaces.Discrete(3), convention="info", strict=True, empty_at=None,
+                 mask_size=None):
+        self.action_space, self.convention, self.strict = action_space, convention, strict
+        self.empty_at, self.mask_size, self.total_steps, self.invalid_actions = empty_at, mask_size, 0, 0
+        self.parts = ppo_discrete.action_parts(action_space)
+        vector = gym.spaces.Box(0.0, 1.0, (3,), np.float32)
+        mask_space = gym.spaces.Box(0, 1, (int(self.parts.sum()),), np.int8)
+        self.observation_space = (gym.spaces.Dict({"observation": vector, "action_mask": mask_space})
+                                  if convention == "observation" else vector)
+
+    def valid_index(self):
+        return (self.steps + np.arange(len(self.parts))) % self.parts
+
+    def mask(self):
+        mask = np.concatenate([np.arange(n) == i for n, i in zip(self.parts, self.valid_index())]).astype(np.int8)
+        if self.empty_at is not None and self.total_steps >= self.empty_at:
+            mask[-self.parts[-1]:] = 0
+        return mask if self.mask_size is None else np.ones(self.mask_size, np.int8)
+
+    def observe(self):
+        vector = np.eye(3, dtype=np.float32)[self.steps % 3]
+        if self.convention == "observation":
+            return {"observation": vector, "action_mask": self.mask()}, {}
+        return vector, {"action_mask": self.mask()} if self.convention == "info" else {}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.steps = 0
+        return self.observe()
+
+    def step(self, action):
+        start = self.action_space.start if isinstance(self.action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) else 0
+        chosen = (np.asarray(action) - start).reshape(-1)
+        if not np.array_equal(chosen, self.valid_index()):
+            assert not self.strict, f"action {action} is masked at step {self.steps}"
+            self.invalid_actions += 1
+        self.steps += 1
+        self.total_steps += 1
+        obs, info = self.observe()
+        return obs, 1.0, False, self.steps >= 5, info
+
+
+class MaskMethodEnv(MaskedEnv):
+    """MaskedEnv that gives its mask through a method, as sb3-contrib's MaskablePPO takes it."""
+
+    def action_masks(self):
+        return self.mask()
+
+
+class ContextEnv(gym.Env):
+    """A one-step task for multi-part actions: the observation is a random bit vector of 3 entries, and the reward is
+    the number of action parts that match it: MultiBinary(3) matches the bits, MultiDiscrete([3, 4], start=[-1, 0])
+    matches bits[0] - 1 and 2 * bits[1] + bits[2]. A random policy earns 1.5 and 7/12; the best, 3 and 2."""
+
+    def __init__(self, action_space):
+        self.action_space, self.observation_space = action_space, gym.spaces.Box(0.0, 1.0, (3,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.bits = self.np_random.integers(0, 2, 3)
+        return self.bits.astype(np.float32), {}
+
+    def step(self, action):
+        assert self.action_space.contains(np.asarray(action, self.action_space.dtype)), action
+        if isinstance(self.action_space, gym.spaces.MultiBinary):
+            reward = float((np.asarray(action) == self.bits).sum())
+        else:
+            reward = float(action[0] == self.bits[0] - 1) + float(action[1] == 2 * self.bits[1] + self.bits[2])
+        return self.bits.astype(np.float32), reward, True, False, {}
+
+
+MULTI_DISCRETE = gym.spaces.MultiDiscrete([3, 4], start=[-1, 0])
+gym.register("test/ContextMultiDiscrete-v0", entry_point=ContextEnv, kwargs={"action_space": MULTI_DISCRETE})
+gym.register("test/ContextMultiBinary-v0", entry_point=ContextEnv, kwargs={"action_space": gym.spaces.MultiBinary(3)})
+MASKED_SPACES = {"Discrete": gym.spaces.Discrete(3), "MultiDiscrete": gym.spaces.MultiDiscrete([3, 2], start=[-1, 0]),
+                 "MultiBinary": gym.spaces.MultiBinary(2)}
+for convention in ("info", "observation", "method"):
+    for name, space in MASKED_SPACES.items():
+        gym.register(f"test/Masked{name}-{convention}-v0", entry_point=MaskMethodEnv if convention == "method" else MaskedEnv,
+                     kwargs={"action_space": space, "convention": convention})
+gym.register("test/MaskedMultiDiscrete34-v0", entry_point=MaskedEnv, kwargs={"action_space": MULTI_DISCRETE})
+gym.register("test/MaskedLoose-v0", entry_point=MaskedEnv, kwargs={"strict": False})
+gym.register("test/EmptyMask-v0", entry_point=MaskedEnv, kwargs={"empty_at": 300})
+gym.register("test/EmptyMaskMultiDiscrete-v0", entry_point=MaskedEnv, kwargs={"empty_at": 300, "action_space": MULTI_DISCRETE})
+gym.register("test/WrongMaskSize-v0", entry_point=MaskedEnv, kwargs={"mask_size": 5})
+gym.register("test/TupleActions-v0", entry_point=SpacesEnv,
+             kwargs={"observation_space": BOX2, "action_space": gym.spaces.Tuple((gym.spaces.Discrete(2), BOX2))})
+
 BAD_REWARD_AT = 300  # the real step of each sub-env whose reward is NaN
 for suffix, box in (("", False), ("Box", True)):
     gym.register(f"test/ConstantTruncated{suffix}-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"box_actions": box})

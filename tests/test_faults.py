@@ -35,7 +35,7 @@ import ppo_vector_sameStep
 
 ALL = (ppo_discrete, ppo_continuous, ppo_vector_sameStep)
 BOX = (ppo_continuous, ppo_vector_sameStep)
-WRONG_ACTIONS = {"ppo_discrete": "Pendulum-v1", "ppo_continuous": "CartPole-v1", "ppo_vector_sameStep": "test/MultiBinaryActions-v0"}
+WRONG_ACTIONS = {"ppo_discrete": "Pendulum-v1", "ppo_continuous": "test/MultiBinaryActions-v0", "ppo_vector_sameStep": "test/TupleActions-v0"}
 OTHER_ENV = {"ppo_discrete": "Acrobot-v1", "ppo_continuous": "MountainCarContinuous-v0", "ppo_vector_sameStep": "MountainCarContinuous-v0"}
 
 
@@ -173,13 +173,17 @@ FAULTS = [
     Fault("module of an env id that does not import", r"cannot make env 'no_such_module:Env-v0': ModuleNotFoundError: .*; "
           r"is no_such_module.py in .* or on PYTHONPATH\?", ("--env-id", "no_such_module:Env-v0")),
     Fault("unknown env and bad sizes", r"cannot make env 'NoSuchEnv-v0'", ("--env-id", "NoSuchEnv-v0", "--num-minibatches", "7")),
-    Fault("wrong action space", r"has a (Box|Discrete|MultiBinary) action space; "
-          r"(ppo_discrete.py needs Discrete \(use ppo_continuous.py\)|ppo_continuous.py needs Box \(use ppo_discrete.py\)|ppo_vector_sameStep.py takes Discrete or Box)",
+    # a refusal names a script that takes the space, or says that none does
+    Fault("wrong action space", r"has a (Box|MultiBinary|Tuple) action space(; ppo_discrete.py takes Discrete, MultiDiscrete and "
+          r"MultiBinary \(use ppo_continuous.py\)|; ppo_continuous.py needs Box \(use ppo_discrete.py\)|, which none of these "
+          r"scripts takes: map it to a MultiDiscrete \(ppo_discrete.py\) or a Box \(ppo_continuous.py\) in a wrapper)",
           ("--env-id", "{wrong-actions}")),
-    Fault("wrong action space and bad sizes", r"action space; ", ("--env-id", "{wrong-actions}", "--num-minibatches", "7")),
+    Fault("Tuple actions", r"test/TupleActions-v0 has a Tuple action space, which none of these scripts takes",
+          ("--env-id", "test/TupleActions-v0")),
+    Fault("wrong action space and bad sizes", r"action space[;,] ", ("--env-id", "{wrong-actions}", "--num-minibatches", "7")),
     Fault("matrix actions", r"has Box actions of shape \(2, 2\); .* takes one-dimensional ones", ("--env-id", "test/MatrixActions-v0"), scripts=BOX),
-    Fault("actions the script does not send", r"has actions .* that {script} does not send: it sends Discrete actions from 0 "
-          r"and float Box actions", ("--env-id", "{env:DiscreteFromOne}")),
+    Fault("actions the script does not send", r"has actions Box\(-2, 2, \(2,\), int64\) that {script} does not send: its Box "
+          r"actions are floats", ("--env-id", "test/DiscreteFromOneBox-v0"), scripts=BOX),
     Fault("observations that do not flatten", r"has a Sequence observation space; .* needs one that flattens into a vector",
           ("--env-id", "{env:SequenceObservations}")),
     Fault("images too small for the CNN", r"observes Box\(0, 255, \(8, 8, 3\), uint8\); {script}'s Nature CNN takes an "
@@ -224,6 +228,17 @@ FAULTS = [
           r"Resume with",
           ("--env-id", "{env:Crashing}", "--total-timesteps", "4096", "--checkpoint-interval", "0"),
           progress=True, resume_env="ConstantTruncated", shown=('conftest.py", line', "RuntimeError: the simulator fell over")),
+    Fault("action mask with no valid action", r"test/EmptyMask-v0 gave an action mask with no valid action in the iteration "
+          r"after step \d+; checkpoint of the last complete iteration \(step \d+\) saved. Resume with",
+          ("--env-id", "test/EmptyMask-v0", "--total-timesteps", "4096", "--checkpoint-interval", "0"),
+          scripts=(ppo_discrete, ppo_vector_sameStep), progress=True, resume_env="MaskedDiscrete-info"),
+    Fault("action mask with no valid action in one part", r"test/EmptyMaskMultiDiscrete-v0 gave an action mask with no valid "
+          r"action in part 1 of its MultiDiscrete\(\[3 4\], start=\[-1  0\]\) in the iteration after step \d+",
+          ("--env-id", "test/EmptyMaskMultiDiscrete-v0", "--total-timesteps", "4096", "--checkpoint-interval", "0"),
+          scripts=(ppo_discrete, ppo_vector_sameStep), progress=True, resume_env="MaskedMultiDiscrete34"),
+    Fault("action mask of the wrong size", r"test/WrongMaskSize-v0 gave an action mask of 5 entries; its Discrete\(3\) takes 3 "
+          r"\(1 = valid, for each value of each part in turn\) in the iteration after step 0; nothing new to save",
+          ("--env-id", "test/WrongMaskSize-v0"), scripts=(ppo_discrete, ppo_vector_sameStep)),
     Fault("env calls sys.exit()", r"raised SystemExit: lost the connection to the simulator in the iteration after step \d+; "
           r"checkpoint of the last complete iteration \(step \d+\) saved. Resume with",
           ("--env-id", "{env:Exiting}", "--total-timesteps", "4096", "--checkpoint-interval", "0"),
