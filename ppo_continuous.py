@@ -494,6 +494,14 @@ def command(args, flag, checkpoint_path, *more):
     return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
 
 
+def flattens(space):
+    """Whether a space flattens into one vector (a space of its own, as MiniGrid's text mission, raises instead)."""
+    try:
+        return space.is_np_flattenable
+    except NotImplementedError:
+        return False
+
+
 def first_line(error):
     return (str(error).splitlines() or [type(error).__name__])[0]
 
@@ -579,9 +587,13 @@ def check_env(args, env_kwargs):
     if not np.issubdtype(actions.dtype, np.floating):
         fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: its Box actions are floats "
              "(map them in a wrapper, e.g. gym.wrappers.TransformAction, or use a MultiDiscrete)")
-    if not observations.is_np_flattenable:
+    if not flattens(observations):
+        parts = observations.spaces if isinstance(observations, gym.spaces.Dict) else {}
+        names = ", ".join(f"'{key}'" for key, part in parts.items() if not flattens(part))
+        hint = (f" (not its {names}: leave it out, or make the whole observation one vector, in a wrapper; MiniGrid: "
+                "minigrid.wrappers.FlatObsWrapper)") if names else ""
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
-             f"{SCRIPT} needs one that flattens into a vector")
+             f"{SCRIPT} needs one that flattens into a vector{hint}")
     image = image_shape(observations)
     parts = observations.values() if isinstance(observations, gym.spaces.Dict) else []
     if any(image_shape(part) for part in parts) or (image and min(image[1:]) < 36):  # never an image into the MLP

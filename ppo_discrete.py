@@ -445,8 +445,7 @@ def train(args, checkpoint=None):
         next_done = np.zeros(args.num_envs, dtype=np.float32)
         masked = args.action_mask and "action_mask" in infos  # detail: invalid-action masking (see ActionMasks)
         next_mask = action_mask(infos, parts.sum(), next_done)
-        if "action_mask" in infos:
-            print(f"action masks: from {mask_source(envs)}{'' if masked else ', ignored (--no-action-mask)'}")
+        say_mask_source(envs, infos, masked)  # run safety (below): the run's first lines say where from
         for iteration in range(start_iteration, num_iterations + 1):
             optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
 
@@ -537,10 +536,21 @@ def command(args, flag, checkpoint_path, *more):
     return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
 
 
-def mask_source(envs):
-    """Where the env's action masks come from: ActionMasks says, else the env's info gives them."""
-    env = envs.unwrapped.envs[0]
-    return env.get_wrapper_attr("mask_source") if env.has_wrapper_attr("mask_source") else "the info's 'action_mask'"
+def say_mask_source(envs, infos, masked):
+    """The run's first lines say where the env's action masks come from (ActionMasks, else the env's info)."""
+    if "action_mask" in infos:
+        env = envs.unwrapped.envs[0]  # ActionMasks is in the sub-envs
+        given = env.has_wrapper_attr("mask_source")
+        source = env.get_wrapper_attr("mask_source") if given else "the info's 'action_mask'"
+        print(f"action masks: from {source}{'' if masked else ', ignored (--no-action-mask)'}")
+
+
+def flattens(space):
+    """Whether a space flattens into one vector (a space of its own, as MiniGrid's text mission, raises instead)."""
+    try:
+        return space.is_np_flattenable
+    except NotImplementedError:
+        return False
 
 
 def first_line(error):
@@ -627,9 +637,13 @@ def check_env(args, env_kwargs):
     if not isinstance(actions, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
         fail(f"{args.env_id} has a {type(actions).__name__} action space, which none of these scripts takes: map it "
              "to a MultiDiscrete (ppo_discrete.py) or a Box (ppo_continuous.py) in a wrapper, e.g. TransformAction")
-    if not observations.is_np_flattenable:
+    if not flattens(observations):
+        parts = observations.spaces if isinstance(observations, gym.spaces.Dict) else {}
+        names = ", ".join(f"'{key}'" for key, part in parts.items() if not flattens(part))
+        hint = (f" (not its {names}: leave it out, or make the whole observation one vector, in a wrapper; MiniGrid: "
+                "minigrid.wrappers.FlatObsWrapper)") if names else ""
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
-             f"{SCRIPT} needs one that flattens into a vector")
+             f"{SCRIPT} needs one that flattens into a vector{hint}")
     image = image_shape(observations)
     parts = observations.values() if isinstance(observations, gym.spaces.Dict) else []
     if any(image_shape(part) for part in parts) or (image and min(image[1:]) < 36):  # never an image into the MLP

@@ -167,7 +167,8 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
         if ale:  # Atari details: up to 30 no-op starts, frame skip 4 with max-pooling, 84 x 84 gray, 4 frames stacked
             env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=30), 4)
         space = env.observation_space
-        if not image_shape(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+        vector = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
+        if flattens(space) and not image_shape(space) and not vector:  # else check_env says what does not flatten
             # in each sub-env, as gymnasium's vector FlattenObservation refuses SAME_STEP autoreset
             env = gym.wrappers.FlattenObservation(env)  # Dict and Tuple: one vector, in key order; Discrete: one-hot
         # per sub-env statistics: under SAME_STEP they arrive in infos["final_info"]["episode"] (raw returns)
@@ -544,8 +545,7 @@ def train(args, checkpoint=None):
         next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True)
         masked = args.action_mask and agent.discrete and "action_mask" in infos  # detail: invalid-action masking
         next_mask = action_mask(infos, args.num_envs, agent.mask_size)
-        if "action_mask" in infos and agent.discrete:
-            print(f"action masks: from {mask_source(envs)}{'' if masked else ', ignored (--no-action-mask)'}")
+        say_mask_source(envs, infos, masked)  # run safety (below): the run's first lines say where from
         for iteration in range(start_iteration, num_iterations + 1):
             optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
 
@@ -647,11 +647,21 @@ def command(args, flag, checkpoint_path, *more):
     return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
 
 
-def mask_source(envs):
-    """Where the env's action masks come from: ActionMasks says, else the env's info gives them."""
-    if envs.unwrapped.call("has_wrapper_attr", "mask_source")[0]:
-        return envs.unwrapped.get_attr("mask_source")[0]
-    return "the info's 'action_mask'"
+def say_mask_source(envs, infos, masked):
+    """The run's first lines say where the env's action masks come from (ActionMasks, else the env's info)."""
+    if "action_mask" in infos and not isinstance(envs.single_action_space, gym.spaces.Box):
+        source = "the info's 'action_mask'"
+        if envs.unwrapped.call("has_wrapper_attr", "mask_source")[0]:  # in the sub-envs, maybe in worker processes
+            source = envs.unwrapped.get_attr("mask_source")[0]
+        print(f"action masks: from {source}{'' if masked else ', ignored (--no-action-mask)'}")
+
+
+def flattens(space):
+    """Whether a space flattens into one vector (a space of its own, as MiniGrid's text mission, raises instead)."""
+    try:
+        return space.is_np_flattenable
+    except NotImplementedError:
+        return False
 
 
 def first_line(error):
@@ -728,9 +738,13 @@ def check_env(args, env_kwargs):
     if isinstance(actions, gym.spaces.Box) and not np.issubdtype(actions.dtype, np.floating):
         fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: its Box actions are floats "
              "(map them in a wrapper, e.g. gym.wrappers.TransformAction, or use a MultiDiscrete)")
-    if not observations.is_np_flattenable:
+    if not flattens(observations):
+        parts = observations.spaces if isinstance(observations, gym.spaces.Dict) else {}
+        names = ", ".join(f"'{key}'" for key, part in parts.items() if not flattens(part))
+        hint = (f" (not its {names}: leave it out, or make the whole observation one vector, in a wrapper; MiniGrid: "
+                "minigrid.wrappers.FlatObsWrapper)") if names else ""
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
-             f"{SCRIPT} needs one that flattens into a vector")
+             f"{SCRIPT} needs one that flattens into a vector{hint}")
     image = image_shape(observations)
     parts = observations.values() if isinstance(observations, gym.spaces.Dict) else []
     if any(image_shape(part) for part in parts) or (image and min(image[1:]) < 36):  # never an image into the MLP

@@ -13,6 +13,7 @@ repeat right after the contenders (so it drifts with them), and gives A's speed 
     python benchmarks/speed.py --case humanoid-cleanrl --total-timesteps 100000 --repeats 2 --env-alone
     python benchmarks/speed.py --case humanoid-envpool --total-timesteps 204800 --repeats 2   # pip install envpool==1.2.5
     python benchmarks/speed.py --case dmc-envpool --env-id WalkerWalk-v1 --total-timesteps 102400 --env-alone
+    python benchmarks/speed.py --case taxi-masks --total-timesteps 200000 --repeats 3
 """
 
 import argparse
@@ -62,6 +63,16 @@ CASES = {
     "dmc-envpool": ("CheetahRun-v1", {
         "1 thread": ["ppo_continuous.py", "--env-backend", "envpool", "--env-threads", "1", *NO_CHECKPOINTS],
         "a thread per core": ["ppo_continuous.py", "--env-backend", "envpool", *NO_CHECKPOINTS],
+    }),
+    # invalid-action masks on and ignored (issue 67: what masks cost), both in ppo_discrete.py
+    "taxi-masks": ("Taxi-v4", {
+        "masks": ["ppo_discrete.py", *NO_CHECKPOINTS],
+        "--no-action-mask": ["ppo_discrete.py", "--no-action-mask", *NO_CHECKPOINTS],
+    }),
+    # two copies of ppo_discrete.py at its defaults: with --script and --script-b, a change against the code before it
+    "discrete-copies": ("CartPole-v1", {
+        "A": ["ppo_discrete.py", *NO_CHECKPOINTS],
+        "B": ["ppo_discrete.py", *NO_CHECKPOINTS],
     }),
     # the defaults against CleanRL's settings, both in ppo_continuous.py
     "humanoid-cleanrl": ("Humanoid-v5", {
@@ -114,17 +125,21 @@ def main():
                         "WalkerWalk-v1 with --case dmc-envpool")
     parser.add_argument("--script", default=None, help="a script path (a copy of one of ours) that takes the place of "
                         "contender A's script, with A's flags: e.g. your experiment against Stable-Baselines3")
+    parser.add_argument("--script-b", default=None, help="the same for contender B: e.g. --case discrete-copies "
+                        "--script old/ppo_discrete.py --script-b ppo_discrete.py")
     cli = parser.parse_args()
     if cli.repeats < 1 or cli.total_timesteps < 1:
         parser.error("--repeats and --total-timesteps must be at least 1")
 
     env_id, contenders = CASES[cli.case]
     env_id = cli.env_id or env_id
-    if cli.script:
-        if not os.path.isfile(cli.script):
-            parser.error(f"no script {cli.script}")
-        (_, (_, *flags)), *others = contenders.items()
-        contenders = {os.path.basename(cli.script): [os.path.abspath(cli.script), *flags], **dict(others)}
+    pairs = list(contenders.items())  # (name, [script, flags...]) of A, then of B
+    for index, script in enumerate((cli.script, cli.script_b)):
+        if script and not os.path.isfile(script):
+            parser.error(f"no script {script}")
+        if script:  # the path in place of that contender's script, its flags kept; named by the path
+            pairs[index] = (script, [os.path.abspath(script), *pairs[index][1][1:]])
+    contenders = dict(pairs)
     common = ["--env-id", env_id, "--total-timesteps", str(cli.total_timesteps), "--seed", str(cli.seed)]
     sps = {name: [] for name in contenders}
     alone = []  # the env alone, measured in every repeat right after the contenders

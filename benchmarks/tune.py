@@ -8,8 +8,8 @@ sweep of one env without a score range: the return itself): the mean over envs a
 `--objective min` the worst env's mean over seeds (a setting that must work everywhere). After each run the
 trial reports its score so far, and the median rule prunes a trial that trails the earlier trials at the
 same point. --num-trials counts the trials of the whole study, whichever process ran them. The script is
-any path (a copy of one of the scripts too); the search space follows the first env's action space (Discrete
-or Box). A study is defined by the script, the envs, the budget, the seeds, the objective and the extra
+any path (a copy of one of the scripts too); the search space follows the first env's action space (categorical:
+Discrete, MultiDiscrete, MultiBinary; or Box). A study is defined by the script, the envs, the budget, the seeds, the objective and the extra
 flags: its default name holds all of them, so trials of other settings are never ranked together.
 
 Storage: by default a journal file (<work-dir>/<study-name>.journal), which the processes of one machine
@@ -66,7 +66,7 @@ CONTINUOUS_SPACE = {
 
 
 def search_space(env_id, script_flags, budget):
-    """The settings to search, by the env's action space (Discrete or Box), less those script_flags fix; the rollout's
+    """The settings to search, by the env's action space (categorical or Box), less those script_flags fix; the rollout's
     shape only where its batch (num-envs x num-steps) fits the budget, so that no trial is sampled to fail."""
     import gymnasium as gym
 
@@ -74,7 +74,7 @@ def search_space(env_id, script_flags, budget):
         env = gym.make(env_id)
     except Exception as e:  # an unknown id, a module that is not found
         sys.exit(f"error: cannot make env {env_id}: {type(e).__name__}: {str(e).strip().splitlines()[0][:300]}")
-    discrete = isinstance(env.action_space, gym.spaces.Discrete)
+    discrete = not isinstance(env.action_space, gym.spaces.Box)  # Discrete, MultiDiscrete, MultiBinary: categorical
     env.close()
     words = [word for flag in script_flags for word in flag.split("=", 1)]  # --num-envs=8 as --num-envs 8
     given = {flag[2:].replace("_", "-"): value for flag, value in zip(words, words[1:] + [""]) if flag.startswith("--")}

@@ -120,6 +120,9 @@ for name, observations, actions in (
     ("DictImageObservations", gym.spaces.Dict({"position": BOX2, "camera": IMAGE}), gym.spaces.Discrete(2)),
     ("DictImageObservationsBox", gym.spaces.Dict({"position": BOX2, "camera": IMAGE}), BOX2),
     ("DiscreteFromOneBox", BOX2, gym.spaces.Box(-2, 2, (2,), np.int64)),
+    # a space of its own that does not say whether it flattens (MiniGrid's text mission): it raises NotImplementedError
+    ("MissionObservations", gym.spaces.Dict({"position": BOX2, "mission": gym.spaces.Space()}), gym.spaces.Discrete(2)),
+    ("MissionObservationsBox", gym.spaces.Dict({"position": BOX2, "mission": gym.spaces.Space()}), BOX2),
 ):
     gym.register(f"test/{name}-v0", entry_point=SpacesEnv, kwargs={"observation_space": observations, "action_space": actions})
 

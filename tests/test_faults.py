@@ -186,6 +186,10 @@ FAULTS = [
           r"actions are floats", ("--env-id", "test/DiscreteFromOneBox-v0"), scripts=BOX),
     Fault("observations that do not flatten", r"has a Sequence observation space; .* needs one that flattens into a vector",
           ("--env-id", "{env:SequenceObservations}")),
+    Fault("observations with an entry that cannot say whether it flattens (MiniGrid's mission)", r"has a Dict observation "
+          r"space; {script} needs one that flattens into a vector \(not its 'mission': leave it out, or make the whole "
+          r"observation one vector, in a wrapper; MiniGrid: minigrid.wrappers.FlatObsWrapper\)$",
+          ("--env-id", "{env:MissionObservations}")),
     Fault("images too small for the CNN", r"observes Box\(0, 255, \(8, 8, 3\), uint8\); {script}'s Nature CNN takes an "
           r"image of 36 x 36 pixels or more, alone \(keep one part of a Dict in a wrapper, e.g. "
           r"gym.wrappers.FilterObservation\)$", ("--env-id", "{env:ImageObservations}")),
