@@ -1,4 +1,4 @@
-"""PPO for discrete action spaces, in one file.
+"""PPO for discrete action spaces (Discrete, MultiDiscrete, MultiBinary), in one file.
 
     python ppo_discrete.py --env-id CartPole-v1
     tensorboard --logdir runs
@@ -45,7 +45,8 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Args:
-    """PPO for Discrete actions: `python ppo_discrete.py --env-id CartPole-v1`, then `tensorboard --logdir runs`; each
+    """PPO for Discrete, MultiDiscrete and MultiBinary actions (a categorical per part) and the env's invalid-action
+    masks: `python ppo_discrete.py --env-id CartPole-v1`, then `tensorboard --logdir runs`; each
     run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Images (uint8, (H, W), (C, H, W) or
     (H, W, C), 36 x 36 or more) go to a Nature CNN, and flags not given take IMAGE_DEFAULTS, CleanRL's for Atari:
     total-timesteps 10000000, learning-rate 2.5e-4, gae-lambda 0.95, num-minibatches 4, update-epochs 4, ent-coef
@@ -72,7 +73,8 @@ class Args:
     """if toggled, record videos of env 0 to `videos/` (training) or of every episode (evaluation)"""
 
     env_id: str = "CartPole-v1"
-    """an env id with Discrete actions: gymnasium's, `module:Id` (imports your module), or EnvPool's (--env-backend)"""
+    """an env id with Discrete, MultiDiscrete or MultiBinary actions: gymnasium's, `module:Id` (imports your module),
+    or EnvPool's (--env-backend)"""
     env_kwargs: str = "{}"
     """keyword arguments of gym.make as JSON, e.g. '{"is_slippery": false}' (FrozenLake-v1)"""
     env_backend: Literal["gymnasium", "envpool"] = "gymnasium"

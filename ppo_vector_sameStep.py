@@ -7,7 +7,8 @@ Each sub-environment runs in its own process (gymnasium's AsyncVectorEnv; `--vec
 them in this process). Autoreset is SAME_STEP: a sub-environment whose episode ends is reset inside the same
 step() call, the returned observation is already the next episode's first, and the true last observation
 comes in infos["final_obs"]. Every step is a real transition (no masked rows, unlike NEXT_STEP), but a
-truncated episode must be bootstrapped from infos["final_obs"]. Discrete and Box action spaces both work.
+truncated episode must be bootstrapped from infos["final_obs"]. Box actions work, and categorical ones (Discrete,
+MultiDiscrete, MultiBinary) with the env's invalid-action masks.
 PPO in the order the data flows: arguments, environments, agent, normalization, GAE, loss, and train().
 "detail N" / "continuous detail N" name the implementation details of "The 37 Implementation Details of
 PPO" (Huang et al., 2022). Below the "Run safety" banner: checks, checkpoints, run folder, faults, progress.
@@ -77,7 +78,8 @@ class Args:
     """if toggled, record videos of env 0 to `videos/` (training) or of every episode (evaluation)"""
 
     env_id: str = "Pendulum-v1"
-    """the id of the gymnasium environment (Discrete or Box actions); `module:Id` imports your own module first"""
+    """the id of the gymnasium environment (Box, Discrete, MultiDiscrete or MultiBinary actions); `module:Id` imports
+    your own module first"""
     env_kwargs: str = "{}"
     """keyword arguments of gym.make as JSON, e.g. '{"continuous": true}' (LunarLander-v3)"""
     vectorization_mode: Literal["async", "sync"] = "async"

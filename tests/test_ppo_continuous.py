@@ -167,7 +167,7 @@ def test_the_box_scripts_share_their_defaults_and_name_cleanrls_settings_in_help
     import ppo_vector_sameStep
 
     own = {"exp_name", "env_id", "env_kwargs", "vectorization_mode", "env_timeout", "checkpoint_interval", "env_backend",
-           "env_threads"}
+           "env_threads", "action_mask"}  # action_mask: categorical actions, which ppo_continuous.py does not take
     ours, vector = asdict(ppo.Args()), asdict(ppo_vector_sameStep.Args())
     assert {k: v for k, v in ours.items() if k not in own} == {k: v for k, v in vector.items() if k not in own}
     assert not ours["cuda"]  # the CPU is the faster device for these networks: a GPU is opt-in

@@ -25,6 +25,8 @@ def test_sampled_actions_follow_the_policy_and_report_their_log_probability():
         agent.actor[-1].bias.copy_(torch.tensor([0.0, 1.0, -1.0, 2.0]))  # the output weights are near 0: logits ~ bias
         action, logprob, entropy = agent.get_action(torch.zeros(50000, 3))
     probs = torch.softmax(torch.tensor([0.0, 1.0, -1.0, 2.0]), dim=0)
+    assert action.shape == (50000, 1)  # one part: the index into Discrete(4)
+    action = action[:, 0]
     frequencies = torch.bincount(action, minlength=4).float() / len(action)
     torch.testing.assert_close(frequencies, probs, atol=0.01, rtol=0)
     torch.testing.assert_close(logprob, probs.log()[action], atol=1e-3, rtol=0)
