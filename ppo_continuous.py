@@ -588,12 +588,8 @@ def check_env(args, env_kwargs):
         fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: its Box actions are floats "
              "(map them in a wrapper, e.g. gym.wrappers.TransformAction, or use a MultiDiscrete)")
     if not flattens(observations):
-        parts = observations.spaces if isinstance(observations, gym.spaces.Dict) else {}
-        names = ", ".join(f"'{key}'" for key, part in parts.items() if not flattens(part))
-        hint = (f" (not its {names}: leave it out, or make the whole observation one vector, in a wrapper; MiniGrid: "
-                "minigrid.wrappers.FlatObsWrapper)") if names else ""
-        fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
-             f"{SCRIPT} needs one that flattens into a vector{hint}")
+        fail(f"{args.env_id} has a {type(observations).__name__} observation space; {SCRIPT} needs one that flattens "
+             "into a vector (make one in a wrapper; MiniGrid's text mission does not flatten: FlatObsWrapper does it)")
     image = image_shape(observations)
     parts = observations.values() if isinstance(observations, gym.spaces.Dict) else []
     if any(image_shape(part) for part in parts) or (image and min(image[1:]) < 36):  # never an image into the MLP

@@ -160,8 +160,8 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
             gym.register_envs(importlib.import_module("ale_py"))
             kwargs = {"frameskip": 1, **kwargs}  # the preprocessing below skips frames (and max-pools)
         env = gym.make(env_id, **kwargs)
-        if ActionMasks.source(env):  # a mask in the observation or from a method: into the info, as Taxi-v4 gives it
-            env = ActionMasks(env)
+        if ActionMasks.in_observation(env) or env.has_wrapper_attr("action_masks"):
+            env = ActionMasks(env)  # (below) a mask given another way goes to the info, as Taxi-v4 gives it
         if capture_video and idx == 0:  # filmed before preprocessing: every frame, in color
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
             trigger = (lambda episode: episode < film_first) if film_first else None
@@ -210,62 +210,13 @@ class AtariTraining(gym.vector.VectorWrapper):
         return obs, np.sign(rewards), terminations | life_lost, truncations, infos
 
 
-class ActionMasks(gym.Wrapper):
-    """Invalid-action masks, however the env gives them, reach train() as `info["action_mask"]` (1 = valid; the values
-    of every part in turn: Discrete n entries, MultiDiscrete sum(nvec), MultiBinary 2 per bit), as gymnasium's Taxi-v4
-    gives them: an `action_mask` entry beside the observation in a Dict (PettingZoo's games) is taken out of the
-    observation; an `action_masks()` method (sb3-contrib's MaskablePPO) is called after each reset and step."""
-
-    IN_OBSERVATION, METHOD = "the observation's 'action_mask' entry", "the env's action_masks() method"
-
-    @classmethod
-    def source(cls, env):
-        space = env.observation_space
-        if isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces:
-            return cls.IN_OBSERVATION
-        return cls.METHOD if env.has_wrapper_attr("action_masks") else None
-
-    def __init__(self, env):
-        super().__init__(env)
-        self.mask_source, space = self.source(env), env.observation_space
-        self.in_observation = self.mask_source == self.IN_OBSERVATION
-        if self.in_observation:
-            rest = {key: part for key, part in space.items() if key != "action_mask"}
-            self.observation_space = rest["observation"] if list(rest) == ["observation"] else gym.spaces.Dict(rest)
-
-    def reset(self, **kwargs):
-        return self.with_mask(*self.env.reset(**kwargs))
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        obs, info = self.with_mask(obs, info)
-        return obs, reward, terminated, truncated, info
-
-    def with_mask(self, obs, info):
-        if not self.in_observation:
-            return obs, {**info, "action_mask": np.asarray(self.env.get_wrapper_attr("action_masks")())}
-        obs = dict(obs)
-        info = {**info, "action_mask": obs.pop("action_mask")}
-        return (obs["observation"] if list(obs) == ["observation"] else obs), info
-
-
-def action_mask(infos, num_actions, ignored):
-    """The valid actions each sub-env gave with its observation, [num_envs, num_actions] bool; all valid where it gave
-    none, or where the action is ignored (the NEXT_STEP autoreset row: the mask of the episode's end is not used)."""
-    mask = np.ones((len(ignored), num_actions), dtype=bool)
-    if "action_mask" in infos:
-        given = infos["_action_mask"] & (ignored == 0)
-        mask[given] = infos["action_mask"][given].reshape(int(given.sum()), num_actions)
-    return mask
-
-
 def action_mask(infos, num_envs, num_actions):
-    """The valid actions each sub-env gave with its observation, [num_envs, num_actions] bool; all valid where it gave
-    none. Under SAME_STEP a sub-env reset in the step gives the mask of its new episode's first observation."""
+    """The valid actions each sub-env gave with its observation (info["action_mask"]: ActionMasks, below, brings every
+    convention there), [num_envs, num_actions] bool; all valid where it gave none. Under SAME_STEP a sub-env reset in
+    the step gives the mask of its new episode's first observation."""
     mask = np.ones((num_envs, num_actions), dtype=bool)
     if "action_mask" in infos and num_actions:
-        given = infos["_action_mask"]
-        mask[given] = infos["action_mask"][given].reshape(-1, num_actions)
+        mask[infos["_action_mask"]] = infos["action_mask"][infos["_action_mask"]].reshape(-1, num_actions)
     return mask
 
 
@@ -300,12 +251,10 @@ class NatureCNN(nn.Sequential):
 
 
 def action_parts(space):
-    """The sizes of an action's parts: Discrete is one part, MultiDiscrete one per entry, MultiBinary one per bit."""
-    if isinstance(space, gym.spaces.Discrete):
-        return np.array([space.n])
+    """The sizes of a categorical action's parts: Discrete one, MultiDiscrete one per entry, MultiBinary 2 per bit."""
     if isinstance(space, gym.spaces.MultiBinary):
-        return np.full(int(np.prod(space.shape)), 2)
-    return space.nvec.reshape(-1)
+        return [2] * int(np.prod(space.shape))
+    return [int(space.n)] if isinstance(space, gym.spaces.Discrete) else space.nvec.reshape(-1).tolist()
 
 
 def env_actions(space, index):
@@ -321,16 +270,11 @@ class Agent(nn.Module):
         super().__init__()
         space, actions = envs.single_observation_space, envs.single_action_space
         self.discrete = not isinstance(actions, gym.spaces.Box)  # Discrete, MultiDiscrete, MultiBinary: categorical
-        if self.discrete:  # MultiDiscrete detail: one head gives the logits of every part, on a [parts, largest] grid
-            parts = action_parts(actions)
-            self.mask_size, largest = int(parts.sum()), int(parts.max())  # the mask: one entry per logit
-            grid = np.arange(largest) < parts[:, None]  # cells beyond a part's size are never valid
-            index = np.where(grid, np.cumsum(parts)[:, None] - parts[:, None] + np.arange(largest), 0)
-            self.register_buffer("logit_index", torch.from_numpy(index), persistent=False)  # grid cell -> head output
-            self.register_buffer("in_part", torch.from_numpy(grid), persistent=False)
-            self.padded, action_dim = not grid.all(), self.mask_size
+        if self.discrete:  # MultiDiscrete detail: one head gives the logits of every part
+            self.parts = action_parts(actions)
+            action_dim = sum(self.parts)
         else:  # continuous detail 2: a state-independent log standard deviation
-            self.mask_size, action_dim = 0, int(np.prod(actions.shape))
+            self.parts, action_dim = [], int(np.prod(actions.shape))
             self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
         if image_shape(space):  # Atari details: one CNN shared by actor and critic, a linear head each
             self.encoder = NatureCNN(*image_shape(space))
@@ -364,24 +308,20 @@ class Agent(nn.Module):
     def get_action(self, x, action=None, mask=None):
         return self.policy(self.encode(x), action, mask)
 
-    def log_probs(self, hidden, mask=None):
-        """log pi(.|x) of each part, [N, parts, largest part]. Invalid-action masking: a masked logit (mask: the env's,
-        [N, head outputs], 1 = valid) is set to -1e8: it has no probability, no gradient and no share of the entropy."""
-        logits = self.actor(hidden)[:, self.logit_index]
-        if mask is not None or self.padded:
-            valid = self.in_part if mask is None else self.in_part & mask[:, self.logit_index]
-            logits = torch.where(valid, logits, -1e8)
-        return torch.log_softmax(logits, dim=-1)  # a categorical distribution per part
-
     def policy(self, hidden, action=None, mask=None):
         """The policy at encoded observations: an action (sampled unless given), its log-probability, the entropy.
-        Categorical actions are [N, parts], their log-probabilities and entropies summed over the independent parts."""
+        A categorical action is an index into each part, its log-probability and entropy summed over the parts."""
         if self.discrete:
-            log_probs = self.log_probs(hidden, mask)
+            logits = self.actor(hidden)
+            if mask is not None:  # invalid-action masking: a masked action has no probability, gradient or entropy
+                logits = torch.where(mask, logits, -1e8)
+            log_probs = [torch.log_softmax(part, dim=-1) for part in logits.split(self.parts, dim=-1)]  # per part
             if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p
-                action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
-            logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1).sum(-1)
-            return action, logprob, -(log_probs.exp() * log_probs).sum(-1).sum(-1)
+                noisy = [lp - torch.empty_like(lp).exponential_().log() for lp in log_probs]
+                action = torch.stack([part.argmax(dim=-1) for part in noisy], dim=-1)
+            chosen = zip(log_probs, action.long().unbind(-1))
+            logprob = sum(lp.gather(-1, a.unsqueeze(-1)).squeeze(-1) for lp, a in chosen)
+            return action, logprob, sum(-(lp.exp() * lp).sum(-1) for lp in log_probs)
         # continuous details 1 and 3: a normal distribution per action dimension, log-probabilities summed
         mean = self.actor(hidden)
         log_std = self.actor_logstd.expand_as(mean)
@@ -392,8 +332,11 @@ class Agent(nn.Module):
         return action, logprob, (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
 
     def act_deterministic(self, x, mask=None):  # for evaluation: each part's most probable value, or the mean (Box)
-        hidden = self.encode(x)
-        return self.log_probs(hidden, mask).argmax(dim=-1) if self.discrete else self.actor(hidden)
+        output = self.actor(self.encode(x))
+        if not self.discrete:
+            return output
+        output = output if mask is None else torch.where(mask, output, -1e8)
+        return torch.stack([part.argmax(dim=-1) for part in output.split(self.parts, dim=-1)], -1)
 
 
 class RunningMeanStd:
@@ -534,7 +477,7 @@ def train(args, checkpoint=None):
     obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=obs_dtype)
     final_obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=obs_dtype)  # normalized, at episode ends
     actions = np.zeros((args.num_steps, args.num_envs) + action_shape, dtype=np.int64 if agent.discrete else np.float32)
-    masks = np.ones((args.num_steps, args.num_envs, agent.mask_size), dtype=bool)  # the valid actions at each step
+    masks = np.ones((args.num_steps, args.num_envs, sum(agent.parts)), dtype=bool)  # the valid actions at each step
     logprobs, rewards, terminations, dones = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
                                               for _ in range(4))
     low, high = (None, None) if agent.discrete else (envs.single_action_space.low, envs.single_action_space.high)
@@ -546,7 +489,7 @@ def train(args, checkpoint=None):
         next_obs, infos = envs.reset(seed=args.seed + start_iteration - 1)
         next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True)
         masked = args.action_mask and agent.discrete and "action_mask" in infos  # detail: invalid-action masking
-        next_mask = action_mask(infos, args.num_envs, agent.mask_size)
+        next_mask = action_mask(infos, args.num_envs, sum(agent.parts))
         say_mask_source(envs, infos, masked)  # run safety (below): the run's first lines say where from
         for iteration in range(start_iteration, num_iterations + 1):
             optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
@@ -568,7 +511,7 @@ def train(args, checkpoint=None):
                 else:
                     next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], low, high))
                 next_done = np.logical_or(terminated, truncated)
-                next_mask = action_mask(infos, args.num_envs, agent.mask_size)  # a reset sub-env's: its new episode's
+                next_mask = action_mask(infos, args.num_envs, sum(agent.parts))  # a reset sub-env's: its new episode's
                 if "_final_obs" in infos:  # (a lost life ends a training episode of Atari but not the game: no reset)
                     # SAME_STEP: the finished sub-envs are already reset; their true last observation is in
                     # infos["final_obs"]. Normalize it with the same statistics as every other observation.
@@ -741,12 +684,8 @@ def check_env(args, env_kwargs):
         fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: its Box actions are floats "
              "(map them in a wrapper, e.g. gym.wrappers.TransformAction, or use a MultiDiscrete)")
     if not flattens(observations):
-        parts = observations.spaces if isinstance(observations, gym.spaces.Dict) else {}
-        names = ", ".join(f"'{key}'" for key, part in parts.items() if not flattens(part))
-        hint = (f" (not its {names}: leave it out, or make the whole observation one vector, in a wrapper; MiniGrid: "
-                "minigrid.wrappers.FlatObsWrapper)") if names else ""
-        fail(f"{args.env_id} has a {type(observations).__name__} observation space; "
-             f"{SCRIPT} needs one that flattens into a vector{hint}")
+        fail(f"{args.env_id} has a {type(observations).__name__} observation space; {SCRIPT} needs one that flattens "
+             "into a vector (make one in a wrapper; MiniGrid's text mission does not flatten: FlatObsWrapper does it)")
     image = image_shape(observations)
     parts = observations.values() if isinstance(observations, gym.spaces.Dict) else []
     if any(image_shape(part) for part in parts) or (image and min(image[1:]) < 36):  # never an image into the MLP
@@ -891,15 +830,16 @@ class CheckedEnvs(gym.vector.VectorWrapper):
 
     def check_mask(self, infos):
         """An action mask has an entry for each value of each part, and leaves each part a valid value."""
-        parts, space = action_parts(self.single_action_space), self.single_action_space
+        space, parts = self.single_action_space, action_parts(self.single_action_space)
         masks = np.asarray(infos["action_mask"]).reshape(self.num_envs, -1)[infos["_action_mask"]]
-        if masks.shape[1] != parts.sum():
-            raise EnvError(f"gave an action mask of {masks.shape[1]} entries; its {space} takes {parts.sum()} "
+        if masks.shape[1] != sum(parts):
+            raise EnvError(f"gave an action mask of {masks.shape[1]} entries; its {space} takes {sum(parts)} "
                            "(1 = valid, for each value of each part in turn)")
-        empty = np.add.reduceat(masks != 0, np.cumsum(parts) - parts, axis=1) == 0
-        if empty.any():
-            part = f" in part {np.argwhere(empty)[0, 1]} of its {space}" if len(parts) > 1 else ""
-            raise EnvError(f"gave an action mask with no valid action{part}")
+        for part, valid in enumerate(np.split(masks != 0, np.cumsum(parts)[:-1], axis=1)):
+            if not valid.any(axis=1).all():
+                where = f" in part {part} of its {space}" if len(parts) > 1 else ""
+                raise EnvError(f"gave an action mask with no valid action{where}")
+
 
     def close(self, **kwargs):
         """gymnasium's close() would wait for the step in flight, or write to a dead worker's pipe: terminate them."""
@@ -917,6 +857,39 @@ class CheckedEnvs(gym.vector.VectorWrapper):
             process.terminate()
             process.join()
         self.env.closed = True
+
+
+class ActionMasks(gym.Wrapper):
+    """Invalid-action masks given another way reach train() as info["action_mask"], as gymnasium's Taxi-v4 gives them:
+    an "action_mask" entry of a Dict observation (PettingZoo's games; taken out of the observation, and the Dict
+    unwrapped if one entry is left) or an action_masks() method (sb3-contrib's), called after each reset and step."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        space = env.observation_space
+        self.keys = [key for key in space.spaces if key != "action_mask"] if self.in_observation(env) else []
+        if self.keys:
+            rest = gym.spaces.Dict({key: space[key] for key in self.keys})
+            self.observation_space = rest[self.keys[0]] if len(self.keys) == 1 else rest
+        self.mask_source = "the observation's 'action_mask' entry" if self.keys else "the env's action_masks() method"
+
+    @staticmethod
+    def in_observation(env):
+        return isinstance(env.observation_space, gym.spaces.Dict) and "action_mask" in env.observation_space.spaces
+
+    def reset(self, **kwargs):
+        return self.with_mask(*self.env.reset(**kwargs))
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        obs, info = self.with_mask(obs, info)
+        return obs, reward, terminated, truncated, info
+
+    def with_mask(self, obs, info):
+        if not self.keys:
+            return obs, {**info, "action_mask": np.asarray(self.env.get_wrapper_attr("action_masks")())}
+        rest = obs[self.keys[0]] if len(self.keys) == 1 else {key: obs[key] for key in self.keys}
+        return rest, {**info, "action_mask": obs["action_mask"]}
 
 
 class StreamedVideo(gym.wrappers.RecordVideo):
@@ -1143,7 +1116,7 @@ def evaluate(args, checkpoint):
     norm_obs, space = args.norm_obs and not image_shape(envs.single_observation_space), envs.single_action_space
     while len(episodic_returns) < args.eval_episodes:
         obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False))
-        mask = torch.from_numpy(action_mask(infos, 1, agent.mask_size)) if args.action_mask and agent.discrete else None
+        mask = torch.from_numpy(action_mask(infos, 1, sum(agent.parts))) if args.action_mask else None
         with torch.no_grad():
             action = agent.get_action(obs, mask=mask)[0] if args.eval_sample else agent.act_deterministic(obs, mask)
         action = action.numpy()

@@ -139,7 +139,7 @@ class MaskedEnv(gym.Env):
                  mask_size=None):
         self.action_space, self.convention, self.strict = action_space, convention, strict
         self.empty_at, self.mask_size, self.total_steps, self.invalid_actions = empty_at, mask_size, 0, 0
-        self.parts = ppo_discrete.action_parts(action_space)
+        self.parts = np.array(ppo_discrete.action_parts(action_space))
         vector = gym.spaces.Box(0.0, 1.0, (3,), np.float32)
         mask_space = gym.spaces.Box(0, 1, (int(self.parts.sum()),), np.int8)
         self.observation_space = (gym.spaces.Dict({"observation": vector, "action_mask": mask_space})

@@ -187,8 +187,8 @@ FAULTS = [
     Fault("observations that do not flatten", r"has a Sequence observation space; .* needs one that flattens into a vector",
           ("--env-id", "{env:SequenceObservations}")),
     Fault("observations with an entry that cannot say whether it flattens (MiniGrid's mission)", r"has a Dict observation "
-          r"space; {script} needs one that flattens into a vector \(not its 'mission': leave it out, or make the whole "
-          r"observation one vector, in a wrapper; MiniGrid: minigrid.wrappers.FlatObsWrapper\)$",
+          r"space; {script} needs one that flattens into a vector \(make one in a wrapper; MiniGrid's text mission does "
+          r"not flatten: FlatObsWrapper does it\)$",
           ("--env-id", "{env:MissionObservations}")),
     Fault("images too small for the CNN", r"observes Box\(0, 255, \(8, 8, 3\), uint8\); {script}'s Nature CNN takes an "
           r"image of 36 x 36 pixels or more, alone \(keep one part of a Dict in a wrapper, e.g. "

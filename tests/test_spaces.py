@@ -60,7 +60,7 @@ def test_log_probability_and_entropy_are_those_of_the_product_of_categoricals_un
     agent, generator = agent_for(ppo, space), torch.Generator().manual_seed(1)
     with torch.no_grad():
         agent.actor[-1].weight.normal_(generator=generator)  # logits far from uniform
-    parts, x = ppo.action_parts(space), torch.randn(6, 3, generator=generator)
+    parts, x = np.array(ppo.action_parts(space)), torch.randn(6, 3, generator=generator)
     logits = agent.actor(x).detach().split(list(parts), dim=1)
     for mask in (None, random_mask(parts, 6, generator)):
         valid = [torch.ones_like(part, dtype=torch.bool) for part in logits] if mask is None else mask.split(list(parts), 1)
@@ -85,7 +85,7 @@ def test_log_probability_and_entropy_are_those_of_the_product_of_categoricals_un
 @pytest.mark.parametrize("ppo", CATEGORICAL, ids=lambda module: module.__name__)
 def test_a_masked_value_is_never_sampled_or_chosen_and_carries_no_gradient(ppo, space):
     agent, generator = agent_for(ppo, space), torch.Generator().manual_seed(2)
-    parts = ppo.action_parts(space)
+    parts = np.array(ppo.action_parts(space))
     agent.actor = torch.nn.Identity()  # the policy's logits are the leaf tensor below
     logits = (3 * torch.randn(4, int(parts.sum()), generator=generator)).requires_grad_()
     mask = random_mask(parts, 4, generator)
