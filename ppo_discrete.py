@@ -116,8 +116,7 @@ class Args:
     hidden_size: int = 64
     """the width of the two hidden layers of the actor and of the critic (vectors; an image's CNN ends in 512)"""
     action_mask: bool = True
-    """if toggled, respect the env's invalid-action masks (info or observation "action_mask", or action_masks());
-    --no-action-mask ignores them, for comparison"""
+    """if toggled, respect the env's invalid-action masks (README: "Multi-part actions and masks"); off: ignore them"""
 
     checkpoint_interval: int = 25
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -178,7 +177,7 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None, training=True
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns (Atari: each whole game's score)
     if training and (args.env_id.startswith("ALE/") or "episodic_life" in getattr(envs.unwrapped, "config", {})):
         envs = AtariTraining(envs)
-    return CheckedEnvs(envs)  # run safety (below): the env's exceptions and non-finite numbers get one line
+    return CheckedEnvs(envs, args.action_mask)  # run safety (below): the env's faults and bad numbers get one line
 
 
 class AtariTraining(gym.vector.VectorWrapper):
@@ -198,8 +197,7 @@ class AtariTraining(gym.vector.VectorWrapper):
 
 
 def action_mask(infos, num_actions, ignored):
-    """The valid actions each sub-env gave with its observation (info["action_mask"]: ActionMasks, below, brings every
-    convention there), [num_envs, num_actions] bool; all valid where it gave none or where the action is ignored."""
+    """Each sub-env's valid actions, [num_envs, num_actions] bool, from info["action_mask"] (see ActionMasks)."""
     mask = np.ones((len(ignored), num_actions), dtype=bool)
     if "action_mask" in infos:
         given = infos["_action_mask"] & (ignored == 0)  # not on NEXT_STEP's autoreset row, whose action is ignored
@@ -244,8 +242,9 @@ def action_parts(space):
     return [int(space.n)] if isinstance(space, gym.spaces.Discrete) else space.nvec.reshape(-1).tolist()
 
 
-def env_actions(space, index):
+def env_actions(envs, index):
     """The env's actions from the policy's [num_envs, parts] choices (an index into each part)."""
+    space = envs.single_action_space
     if isinstance(space, gym.spaces.Discrete):
         return index[:, 0] + space.start
     start = space.start.reshape(-1) if isinstance(space, gym.spaces.MultiDiscrete) else 0
@@ -257,6 +256,9 @@ class Agent(nn.Module):
         super().__init__()
         self.parts = action_parts(envs.single_action_space)  # MultiDiscrete detail: one head, the logits of every part
         space, num_actions = envs.single_observation_space, sum(self.parts)
+        starts, columns = np.cumsum(self.parts) - self.parts, range(max(self.parts))  # a grid: part p's value v at p, v
+        grid = [start + v if v < n else num_actions for start, n in zip(starts, self.parts) for v in columns]
+        self.register_buffer("grid", torch.tensor(grid), persistent=False)  # not in checkpoints: from the space
         if image_shape(space):  # Atari details: one CNN shared by actor and critic, a linear head each
             self.encoder = NatureCNN(*image_shape(space))
             self.critic = layer_init(nn.Linear(512, 1), std=1.0)
@@ -288,23 +290,26 @@ class Agent(nn.Module):
     def get_action(self, x, action=None, mask=None):
         return self.policy(self.encode(x), action, mask)
 
-    def policy(self, hidden, action=None, mask=None):
-        """The policy at encoded observations: an action (sampled unless given; an index into each part), its
-        log-probability and the entropy, summed over the parts (MultiDiscrete detail: a categorical per part)."""
+    def log_probs(self, hidden, mask=None):
+        """log pi(.|x), [N, parts, largest part]: a row a part; cells past a part's size and masked actions get -1e8."""
         logits = self.actor(hidden)
         if mask is not None:  # invalid-action masking: a masked action has no probability, gradient or entropy
             logits = torch.where(mask, logits, -1e8)
-        log_probs = [torch.log_softmax(part, dim=-1) for part in logits.split(self.parts, dim=-1)]  # pi(.|x) per part
+        if len(set(self.parts)) > 1:  # parts of different sizes: a cell past a part's end reads a -1e8 logit
+            logits = torch.cat([logits, logits.new_full((len(logits), 1), -1e8)], dim=-1)[:, self.grid]
+        return torch.log_softmax(logits.view(len(logits), len(self.parts), -1), dim=-1)  # a categorical per part
+
+    def policy(self, hidden, action=None, mask=None):
+        """The policy at encoded observations: an action (sampled unless given; an index into each part), its
+        log-probability and the entropy, summed over the parts (MultiDiscrete detail: a categorical per part)."""
+        log_probs = self.log_probs(hidden, mask)
         if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p (cheaper than multinomial)
-            noisy = [lp - torch.empty_like(lp).exponential_().log() for lp in log_probs]
-            action = torch.stack([part.argmax(dim=-1) for part in noisy], dim=-1)
-        logprob = sum(lp.gather(-1, a.unsqueeze(-1)).squeeze(-1) for lp, a in zip(log_probs, action.long().unbind(-1)))
-        return action, logprob, sum(-(lp.exp() * lp).sum(-1) for lp in log_probs)
+            action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
+        logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).sum((-2, -1))  # summed over the parts
+        return action, logprob, -(log_probs.exp() * log_probs).sum((-2, -1))
 
     def act_deterministic(self, x, mask=None):  # for evaluation: the most probable value of each part
-        logits = self.actor(self.encode(x))
-        logits = logits if mask is None else torch.where(mask, logits, -1e8)
-        return torch.stack([part.argmax(dim=-1) for part in logits.split(self.parts, dim=-1)], -1)
+        return self.log_probs(self.encode(x), mask).argmax(dim=-1)
 
 
 def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
@@ -329,8 +334,7 @@ def real_transitions(valid, *rollout):
 
 
 def ppo_loss(agent, obs, actions, masks, old_logprobs, advantages, returns, old_values, args):
-    """The clipped PPO loss on one minibatch of real transitions, and its statistics (each one logged). masks: the
-    valid actions at each row's step (None: no masks), so the ratio compares policies under the same mask."""
+    """The clipped PPO loss on one minibatch of real transitions (each under its step's mask), and its statistics."""
     hidden = agent.encode(obs)  # an image's CNN runs once for both heads (vectors pass as they are)
     _, new_logprob, entropy = agent.policy(hidden, actions, masks)
     new_value = agent.critic(hidden).view(-1)
@@ -396,7 +400,6 @@ def train(args, checkpoint=None):
         next_done = np.zeros(args.num_envs, dtype=np.float32)
         masked = args.action_mask and "action_mask" in infos  # detail: invalid-action masking (see ActionMasks)
         next_mask = action_mask(infos, sum(agent.parts), next_done)
-        say_mask_source(envs, infos, masked)  # run safety (below): the run's first lines say where from
         for iteration in range(start_iteration, num_iterations + 1):
             optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
 
@@ -414,8 +417,7 @@ def train(args, checkpoint=None):
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = logprob.cpu().numpy()
 
-                next_obs, reward, terminated, truncated, infos = envs.step(env_actions(envs.single_action_space,
-                                                                                       actions[step]))
+                next_obs, reward, terminated, truncated, infos = envs.step(env_actions(envs, actions[step]))
                 next_done = np.logical_or(terminated, truncated).astype(np.float32)
                 next_mask = action_mask(infos, sum(agent.parts), next_done)
                 rewards[step] = reward
@@ -485,15 +487,6 @@ def command(args, flag, checkpoint_path, *more):
     """The command on a checkpoint (flag: --resume or --eval-checkpoint), with --env-id for an env from a module."""
     env = ["--env-id", args.env_id] if ":" in args.env_id else []
     return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
-
-
-def say_mask_source(envs, infos, masked):
-    """The run's first lines say where the env's action masks come from (ActionMasks, else the env's info)."""
-    if "action_mask" in infos:
-        env = envs.unwrapped.envs[0]  # ActionMasks is in the sub-envs
-        given = env.has_wrapper_attr("mask_source")
-        source = env.get_wrapper_attr("mask_source") if given else "the info's 'action_mask'"
-        print(f"action masks: from {source}{'' if masked else ', ignored (--no-action-mask)'}")
 
 
 def flattens(space):
@@ -674,7 +667,12 @@ class EnvError(Exception):
 
 
 class CheckedEnvs(gym.vector.VectorWrapper):
-    """The env's exceptions become EnvError; non-finite observations or rewards, FloatingPointError."""
+    """The env's exceptions become EnvError; non-finite observations or rewards, FloatingPointError; action masks that
+    leave no valid action, EnvError. The first mask says where the env's masks come from."""
+
+    def __init__(self, envs, use_masks=True):
+        super().__init__(envs)
+        self.use_masks, self.masks_said = use_masks, False
 
     def reset(self, **kwargs):
         return self.checked(self.env.reset, ("observation",), **kwargs)
@@ -702,6 +700,12 @@ class CheckedEnvs(gym.vector.VectorWrapper):
 
     def check_mask(self, infos, ended):
         """An action mask has an entry for each value of each part, and leaves each part a valid value."""
+        if not self.masks_said:
+            env = self.env.unwrapped.envs[0]  # ActionMasks is in the sub-envs
+            given = env.has_wrapper_attr("mask_source")
+            source = env.get_wrapper_attr("mask_source") if given else "the info's 'action_mask'"
+            print(f"action masks: from {source}{'' if self.use_masks else ', ignored (--no-action-mask)'}")
+            self.masks_said = True
         space, parts = self.single_action_space, action_parts(self.single_action_space)
         masks = np.asarray(infos["action_mask"]).reshape(self.num_envs, -1)[infos["_action_mask"] & ~ended]
         if masks.shape[1] != sum(parts):
@@ -971,7 +975,7 @@ def evaluate(args, checkpoint):
         mask = torch.from_numpy(action_mask(infos, sum(agent.parts), np.zeros(1))) if args.action_mask else None
         with torch.no_grad():
             action = agent.get_action(obs, mask=mask)[0] if args.eval_sample else agent.act_deterministic(obs, mask)
-        action = env_actions(envs.single_action_space, action.numpy())
+        action = env_actions(envs, action.numpy())
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
         if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:

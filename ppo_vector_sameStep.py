@@ -125,8 +125,7 @@ class Args:
     hidden_size: int = 64
     """the width of the two hidden layers of the actor and of the critic (vectors; an image's CNN ends in 512)"""
     action_mask: bool = True
-    """if toggled, respect the env's invalid-action masks (info or observation "action_mask", or action_masks());
-    --no-action-mask ignores them, for comparison"""
+    """if toggled, respect the env's invalid-action masks (README: "Multi-part actions and masks"); off: ignore them"""
     init_log_std: float = -1.0
     """Box actions: the log standard deviation the policy starts with (0: std 1; Humanoid's lie in [-0.4, 0.4])"""
 
@@ -191,7 +190,7 @@ def make_envs(args, num_envs, video_folder, mode, film_first=None, training=True
     envs = vector_env(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     if training and args.env_id.startswith("ALE/"):
         envs = AtariTraining(envs)
-    return CheckedEnvs(envs, args.env_timeout)  # run safety (below): the env's exceptions, hangs and non-finite numbers
+    return CheckedEnvs(envs, args.env_timeout, args.action_mask)  # run safety (below): faults, hangs, bad numbers
 
 
 class AtariTraining(gym.vector.VectorWrapper):
@@ -211,9 +210,8 @@ class AtariTraining(gym.vector.VectorWrapper):
 
 
 def action_mask(infos, num_envs, num_actions):
-    """The valid actions each sub-env gave with its observation (info["action_mask"]: ActionMasks, below, brings every
-    convention there), [num_envs, num_actions] bool; all valid where it gave none. Under SAME_STEP a sub-env reset in
-    the step gives the mask of its new episode's first observation."""
+    """Each sub-env's valid actions, [num_envs, num_actions] bool, from info["action_mask"] (ActionMasks puts it there);
+    all valid where it gave none. Under SAME_STEP a sub-env reset in the step gives its new episode's first mask."""
     mask = np.ones((num_envs, num_actions), dtype=bool)
     if "action_mask" in infos and num_actions:
         mask[infos["_action_mask"]] = infos["action_mask"][infos["_action_mask"]].reshape(-1, num_actions)
@@ -257,8 +255,9 @@ def action_parts(space):
     return [int(space.n)] if isinstance(space, gym.spaces.Discrete) else space.nvec.reshape(-1).tolist()
 
 
-def env_actions(space, index):
+def env_actions(envs, index):
     """The env's actions from the policy's [num_envs, parts] choices (an index into each part)."""
+    space = envs.single_action_space
     if isinstance(space, gym.spaces.Discrete):
         return index[:, 0] + space.start
     start = space.start.reshape(-1) if isinstance(space, gym.spaces.MultiDiscrete) else 0
@@ -273,6 +272,9 @@ class Agent(nn.Module):
         if self.discrete:  # MultiDiscrete detail: one head gives the logits of every part
             self.parts = action_parts(actions)
             action_dim = sum(self.parts)
+            starts, columns = np.cumsum(self.parts) - self.parts, range(max(self.parts))  # a grid: value v of part p
+            grid = [start + v if v < n else action_dim for start, n in zip(starts, self.parts) for v in columns]
+            self.register_buffer("grid", torch.tensor(grid), persistent=False)  # not in checkpoints: from the space
         else:  # continuous detail 2: a state-independent log standard deviation
             self.parts, action_dim = [], int(np.prod(actions.shape))
             self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
@@ -308,20 +310,24 @@ class Agent(nn.Module):
     def get_action(self, x, action=None, mask=None):
         return self.policy(self.encode(x), action, mask)
 
+    def log_probs(self, hidden, mask=None):
+        """log pi(.|x), [N, parts, largest part]: a row a part; cells past a part's size and masked actions get -1e8."""
+        logits = self.actor(hidden)
+        if mask is not None:  # invalid-action masking: a masked action has no probability, gradient or entropy
+            logits = torch.where(mask, logits, -1e8)
+        if len(set(self.parts)) > 1:  # parts of different sizes: a cell past a part's end reads a -1e8 logit
+            logits = torch.cat([logits, logits.new_full((len(logits), 1), -1e8)], dim=-1)[:, self.grid]
+        return torch.log_softmax(logits.view(len(logits), len(self.parts), -1), dim=-1)  # a categorical per part
+
     def policy(self, hidden, action=None, mask=None):
         """The policy at encoded observations: an action (sampled unless given), its log-probability, the entropy.
         A categorical action is an index into each part, its log-probability and entropy summed over the parts."""
         if self.discrete:
-            logits = self.actor(hidden)
-            if mask is not None:  # invalid-action masking: a masked action has no probability, gradient or entropy
-                logits = torch.where(mask, logits, -1e8)
-            log_probs = [torch.log_softmax(part, dim=-1) for part in logits.split(self.parts, dim=-1)]  # per part
+            log_probs = self.log_probs(hidden, mask)
             if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p
-                noisy = [lp - torch.empty_like(lp).exponential_().log() for lp in log_probs]
-                action = torch.stack([part.argmax(dim=-1) for part in noisy], dim=-1)
-            chosen = zip(log_probs, action.long().unbind(-1))
-            logprob = sum(lp.gather(-1, a.unsqueeze(-1)).squeeze(-1) for lp, a in chosen)
-            return action, logprob, sum(-(lp.exp() * lp).sum(-1) for lp in log_probs)
+                action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
+            logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).sum((-2, -1))  # summed over the parts
+            return action, logprob, -(log_probs.exp() * log_probs).sum((-2, -1))
         # continuous details 1 and 3: a normal distribution per action dimension, log-probabilities summed
         mean = self.actor(hidden)
         log_std = self.actor_logstd.expand_as(mean)
@@ -332,11 +338,8 @@ class Agent(nn.Module):
         return action, logprob, (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
 
     def act_deterministic(self, x, mask=None):  # for evaluation: each part's most probable value, or the mean (Box)
-        output = self.actor(self.encode(x))
-        if not self.discrete:
-            return output
-        output = output if mask is None else torch.where(mask, output, -1e8)
-        return torch.stack([part.argmax(dim=-1) for part in output.split(self.parts, dim=-1)], -1)
+        hidden = self.encode(x)
+        return self.log_probs(hidden, mask).argmax(dim=-1) if self.discrete else self.actor(hidden)
 
 
 class RunningMeanStd:
@@ -414,8 +417,7 @@ def compute_advantages(rewards, values, next_values, terminations, dones, gamma,
 
 
 def ppo_loss(agent, obs, actions, masks, old_logprobs, advantages, returns, old_values, args):
-    """The clipped PPO loss on one minibatch, and its statistics (each one logged). masks: the valid actions at each
-    row's step (None: no masks), so the ratio compares policies under the same mask."""
+    """The clipped PPO loss on one minibatch (each row under its step's action mask), and its statistics."""
     hidden = agent.encode(obs)  # an image's CNN runs once for both heads (vectors pass as they are)
     _, new_logprob, entropy = agent.policy(hidden, actions, masks)
     new_value = agent.critic(hidden).view(-1)
@@ -490,7 +492,6 @@ def train(args, checkpoint=None):
         next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True)
         masked = args.action_mask and agent.discrete and "action_mask" in infos  # detail: invalid-action masking
         next_mask = action_mask(infos, args.num_envs, sum(agent.parts))
-        say_mask_source(envs, infos, masked)  # run safety (below): the run's first lines say where from
         for iteration in range(start_iteration, num_iterations + 1):
             optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
 
@@ -507,7 +508,7 @@ def train(args, checkpoint=None):
 
                 # continuous detail 5: the env gets the action clipped to its bounds; the buffer keeps the sampled one
                 if agent.discrete:
-                    next_obs, reward, terminated, truncated, infos = envs.step(env_actions(space, actions[step]))
+                    next_obs, reward, terminated, truncated, infos = envs.step(env_actions(envs, actions[step]))
                 else:
                     next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], low, high))
                 next_done = np.logical_or(terminated, truncated)
@@ -590,15 +591,6 @@ def command(args, flag, checkpoint_path, *more):
     """The command on a checkpoint (flag: --resume or --eval-checkpoint), with --env-id for an env from a module."""
     env = ["--env-id", args.env_id] if ":" in args.env_id else []
     return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
-
-
-def say_mask_source(envs, infos, masked):
-    """The run's first lines say where the env's action masks come from (ActionMasks, else the env's info)."""
-    if "action_mask" in infos and not isinstance(envs.single_action_space, gym.spaces.Box):
-        source = "the info's 'action_mask'"
-        if envs.unwrapped.call("has_wrapper_attr", "mask_source")[0]:  # in the sub-envs, maybe in worker processes
-            source = envs.unwrapped.get_attr("mask_source")[0]
-        print(f"action masks: from {source}{'' if masked else ', ignored (--no-action-mask)'}")
 
 
 def flattens(space):
@@ -772,9 +764,10 @@ class CheckedEnvs(gym.vector.VectorWrapper):
     """The env's exceptions and hangs (no answer within `timeout` s) become EnvError; non-finite
     observations or rewards, FloatingPointError. After a failure, close() stops the workers without waiting."""
 
-    def __init__(self, envs, timeout):
+    def __init__(self, envs, timeout, use_masks=True):
         super().__init__(envs)
         self.timeout, self.failed, self.log_level = timeout, False, gym.logger.min_level
+        self.use_masks, self.masks_said = use_masks, False  # the first mask says where the env's masks come from
         if isinstance(envs, gym.vector.AsyncVectorEnv):  # a crashing worker's traceback: we report it in one line
             gym.logger.min_level = gym.logger.ERROR + 1
 
@@ -830,6 +823,12 @@ class CheckedEnvs(gym.vector.VectorWrapper):
 
     def check_mask(self, infos):
         """An action mask has an entry for each value of each part, and leaves each part a valid value."""
+        if not self.masks_said:
+            source = "the info's 'action_mask'"
+            if self.env.unwrapped.call("has_wrapper_attr", "mask_source")[0]:  # in the sub-envs (or their processes)
+                source = self.env.unwrapped.get_attr("mask_source")[0]
+            print(f"action masks: from {source}{'' if self.use_masks else ', ignored (--no-action-mask)'}")
+            self.masks_said = True
         space, parts = self.single_action_space, action_parts(self.single_action_space)
         masks = np.asarray(infos["action_mask"]).reshape(self.num_envs, -1)[infos["_action_mask"]]
         if masks.shape[1] != sum(parts):
@@ -1120,7 +1119,7 @@ def evaluate(args, checkpoint):
         with torch.no_grad():
             action = agent.get_action(obs, mask=mask)[0] if args.eval_sample else agent.act_deterministic(obs, mask)
         action = action.numpy()
-        action = env_actions(space, action) if agent.discrete else np.clip(action, space.low, space.high)
+        action = env_actions(envs, action) if agent.discrete else np.clip(action, space.low, space.high)
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
         if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:

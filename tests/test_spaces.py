@@ -77,7 +77,7 @@ def test_log_probability_and_entropy_are_those_of_the_product_of_categoricals_un
             torch.testing.assert_close(entropy[0], brute_entropy, rtol=1e-5, atol=1e-6)
         sampled = agent.get_action(x, mask=mask)[0]
         assert sampled.shape == (6, len(parts))
-        actions = ppo.env_actions(space, sampled.numpy())
+        actions = ppo.env_actions(SimpleNamespace(single_action_space=space), sampled.numpy())
         assert all(space.contains(action) for action in actions)  # start offsets and shapes as the env takes them
 
 
@@ -143,3 +143,14 @@ def test_a_multi_part_task_is_learned(ppo, name, in_tmp):
     returns = [value for _, value in scalars(os.path.dirname(path))["charts/episodic_return"]]
     best = 2.0 if name == "ContextMultiDiscrete" else 3.0
     assert np.mean(returns[-200:]) >= 0.9 * best
+
+
+@pytest.mark.parametrize("ppo", CATEGORICAL, ids=lambda module: module.__name__)
+def test_a_checkpoint_of_other_action_parts_is_refused_in_one_line(ppo, in_tmp, monkeypatch):
+    """MultiDiscrete([3, 4]) has 7 logits, MultiBinary(3) 6: the head of one does not fit the other."""
+    assert run_main(ppo, run_flags(ppo, "test/ContextMultiDiscrete-v0"), monkeypatch) == 0
+    path = glob.glob("runs/*/checkpoint.pt")[0]
+    for flag in ("--resume", "--eval-checkpoint"):
+        message = run_main(ppo, [flag, path, "--env-id", "test/ContextMultiBinary-v0", "--total-timesteps", "1024"],
+                           monkeypatch)
+        assert message.startswith("error: the checkpoint's model does not fit test/ContextMultiBinary-v0: size mismatch")
