@@ -317,6 +317,16 @@ def readme_own_env(folder):
     return section
 
 
+def run_main(ppo, argv, monkeypatch):
+    """main() as `python <script> <argv>` runs it: the exit code or message of its SystemExit (0 if it returns)."""
+    monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", *argv])
+    try:
+        ppo.main()
+    except SystemExit as e:
+        return e.code
+    return 0
+
+
 def wait_for(condition, timeout=120, interval=0.1):
     """Poll until condition() holds; the test fails after `timeout` seconds."""
     deadline = time.time() + timeout

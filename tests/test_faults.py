@@ -16,7 +16,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import Callable, Optional
 import numpy as np
 import pytest
 import torch
-from conftest import constructed_env_id, short_args, short_flags, start, wait_for
+from conftest import constructed_env_id, run_main, short_args, short_flags, start, wait_for
 from tensorboard.summary.writer.record_writer import RecordWriter
 from torch.utils.tensorboard import SummaryWriter
 
@@ -330,16 +329,6 @@ def checkpoint_file(kind, ppo, checkpoints_of_each_script):
         torch.save(checkpoint, "runs/own/checkpoint.pt")
         return "runs/own/backup.pt"
     return "runs/own/checkpoint.pt"
-
-
-def run_main(ppo, argv, monkeypatch):
-    """main() as `python <script> <argv>` runs it: the exit code or message of its SystemExit (0 if it returns)."""
-    monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", *argv])
-    try:
-        ppo.main()
-    except SystemExit as e:
-        return e.code
-    return 0
 
 
 def checkpoints_on_disk():

@@ -3,14 +3,13 @@
 import glob
 import itertools
 import os
-import sys
 from types import SimpleNamespace
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import MASKED_SPACES, scalars
+from conftest import MASKED_SPACES, run_main, scalars
 
 import ppo_discrete
 import ppo_vector_sameStep
@@ -32,15 +31,6 @@ def random_mask(parts, rows, generator):
     for row, (start, size) in itertools.product(range(rows), zip(np.cumsum(parts) - parts, parts)):
         mask[row, start + torch.randint(size, (), generator=generator)] = True
     return mask
-
-
-def run_main(ppo, argv, monkeypatch):
-    monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", *argv])
-    try:
-        ppo.main()
-    except SystemExit as e:
-        return e.code
-    return 0
 
 
 def run_flags(ppo, env_id, steps=512):
