@@ -586,7 +586,7 @@ def check_env(args, env_kwargs):
              "(reshape them in a wrapper, e.g. gym.wrappers.TransformAction)")
     if not np.issubdtype(actions.dtype, np.floating):
         fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: its Box actions are floats "
-             "(map them in a wrapper, e.g. gym.wrappers.TransformAction, or use a MultiDiscrete)")
+             "(map them to floats in a wrapper, e.g. TransformAction, or to a MultiDiscrete for ppo_discrete.py)")
     if not flattens(observations):
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; {SCRIPT} needs one that flattens "
              "into a vector (make one in a wrapper; MiniGrid's text mission does not flatten: FlatObsWrapper does it)")
