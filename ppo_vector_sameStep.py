@@ -474,7 +474,7 @@ def train(args, checkpoint=None):
 
     # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
     obs_shape, space = envs.single_observation_space.shape, envs.single_action_space
-    action_shape = (len(action_parts(space)),) if agent.discrete else space.shape  # categorical: an index a part
+    action_shape = (len(agent.parts),) if agent.discrete else space.shape  # categorical: an index into each part
     obs_dtype = np.uint8 if image else np.float32  # frames stay uint8: a quarter of float32's memory
     obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=obs_dtype)
     final_obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=obs_dtype)  # normalized, at episode ends
