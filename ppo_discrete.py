@@ -245,9 +245,7 @@ def action_parts(space):
 def env_actions(envs, index):
     """The env's actions from the policy's [num_envs, parts] choices (an index into each part)."""
     space = envs.single_action_space
-    if isinstance(space, gym.spaces.Discrete):
-        return index[:, 0] + space.start
-    start = space.start.reshape(-1) if isinstance(space, gym.spaces.MultiDiscrete) else 0
+    start = 0 if isinstance(space, gym.spaces.MultiBinary) else np.reshape(space.start, -1)  # Discrete's: one part
     return (index + start).reshape((len(index),) + space.shape).astype(space.dtype)
 
 
@@ -972,7 +970,8 @@ def evaluate(args, checkpoint):
     next_obs, infos = envs.reset(seed=args.seed)
     while len(episodic_returns) < args.eval_episodes:
         obs = torch.from_numpy(next_obs.astype(np.float32))
-        mask = torch.from_numpy(action_mask(infos, sum(agent.parts), np.zeros(1))) if args.action_mask else None
+        given = args.action_mask and "action_mask" in infos
+        mask = torch.from_numpy(action_mask(infos, sum(agent.parts), np.zeros(1))) if given else None
         with torch.no_grad():
             action = agent.get_action(obs, mask=mask)[0] if args.eval_sample else agent.act_deterministic(obs, mask)
         action = env_actions(envs, action.numpy())

@@ -258,9 +258,7 @@ def action_parts(space):
 def env_actions(envs, index):
     """The env's actions from the policy's [num_envs, parts] choices (an index into each part)."""
     space = envs.single_action_space
-    if isinstance(space, gym.spaces.Discrete):
-        return index[:, 0] + space.start
-    start = space.start.reshape(-1) if isinstance(space, gym.spaces.MultiDiscrete) else 0
+    start = 0 if isinstance(space, gym.spaces.MultiBinary) else np.reshape(space.start, -1)  # Discrete's: one part
     return (index + start).reshape((len(index),) + space.shape).astype(space.dtype)
 
 
@@ -1115,7 +1113,8 @@ def evaluate(args, checkpoint):
     norm_obs, space = args.norm_obs and not image_shape(envs.single_observation_space), envs.single_action_space
     while len(episodic_returns) < args.eval_episodes:
         obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False))
-        mask = torch.from_numpy(action_mask(infos, 1, sum(agent.parts))) if args.action_mask else None
+        given = args.action_mask and agent.discrete and "action_mask" in infos
+        mask = torch.from_numpy(action_mask(infos, 1, sum(agent.parts))) if given else None
         with torch.no_grad():
             action = agent.get_action(obs, mask=mask)[0] if args.eval_sample else agent.act_deterministic(obs, mask)
         action = action.numpy()
