@@ -48,9 +48,11 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     """PPO for Box actions: `python ppo_continuous.py --env-id Humanoid-v5`, then `tensorboard --logdir runs`; each
     run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Images (uint8, (H, W), (C, H, W) or
-    (H, W, C), 36 x 36 or more; CarRacing-v3) go to a Nature CNN, unnormalized, and flags not given take IMAGE_DEFAULTS,
-    CleanRL's Atari update (on CarRacing-v3 the MuJoCo one overshoots): learning-rate 2.5e-4, gae-lambda 0.95,
-    num-minibatches 4, update-epochs 4, clip-coef 0.1, ent-coef 0.01, vf-coef 0.5. CleanRL's MuJoCo settings:
+    (H, W, C)) of 36 x 36 or more (CarRacing-v3) go to a Nature CNN, unnormalized, and flags not given take
+    IMAGE_DEFAULTS, CleanRL's Atari update (on CarRacing-v3 the MuJoCo one overshoots): learning-rate 2.5e-4,
+    gae-lambda 0.95, num-minibatches 4, update-epochs 4, clip-coef 0.1, ent-coef 0.01, vf-coef 0.5; smaller ones go to
+    a grid CNN with the defaults below. A Dict with images (a camera beside joints): a CNN each, the other entries
+    beside them, normalized (a text entry left out), the defaults by the same rule. CleanRL's MuJoCo settings:
     --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
@@ -115,7 +117,7 @@ class Args:
     norm_reward: bool = True
     """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10]"""
     hidden_size: int = 64
-    """the width of the two hidden layers of the actor and of the critic (vectors; an image's CNN ends in 512)"""
+    """the width of the two hidden layers of the actor and of the critic (a Nature CNN alone: linear heads on its 512)"""
     init_log_std: float = -1.0
     """the log std the policy starts with (std 0.37; -0.5 suits Hopper, Walker2d, BipedalWalker and most DMC tasks)"""
 
@@ -166,7 +168,9 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None):
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
                                                   video_folder, film_first) for i in range(num_envs)])
     space = envs.single_observation_space  # Dict (DMC's position, velocity, ...) and Tuple: one vector, in key order
-    if not image_shape(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+    if isinstance(space, gym.spaces.Dict) and any(image_shape(entry) for entry in space.values()):
+        envs = DictObservations(envs)  # an image beside other entries (a camera and joints): one row of bytes
+    elif not image_shape(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
         envs = gym.wrappers.vector.FlattenObservation(envs)  # Discrete: one-hot
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns
     return CheckedEnvs(envs)  # run safety (below): the env's exceptions and non-finite numbers get one line
@@ -178,6 +182,49 @@ def image_shape(space):
     if len(shape) not in (2, 3):
         return None
     return (1, *shape) if len(shape) == 2 else shape if shape[0] <= shape[-1] else (shape[-1], *shape[:2])
+
+
+def is_text(key, space):
+    """A text entry (MiniGrid's mission; on EnvPool, its characters' codes): left out of what the networks see."""
+    return isinstance(space, gym.spaces.Text) or not flattens(space) or (key == "mission" and space.dtype == np.uint8)
+
+
+def flattens(space):
+    """Whether a space flattens into one vector (a space of its own, as MiniGrid's text mission, raises instead)."""
+    try:
+        return space.is_np_flattenable
+    except NotImplementedError:
+        return False
+
+
+class Packed(gym.spaces.Box):
+    """The space of DictObservations' rows, bytes: `floats` float32 values, then the uint8 images of `images`."""
+
+    def __init__(self, floats, images):
+        self.floats, self.images = floats, images  # images: a list of shapes, as the env gives them
+        super().__init__(0, 255, (4 * floats + sum(int(np.prod(shape)) for shape in images),), np.uint8)
+
+
+class DictObservations(gym.vector.VectorObservationWrapper):
+    """A Dict observation with images as one row of bytes, so that the rollout buffer and the update take it as any
+    observation: first its other entries as float32 (Box flattened, Discrete one-hot; text left out), then each
+    image's own uint8 bytes (a quarter of float32's memory). The Agent's encoder splits the row again."""
+
+    def __init__(self, envs):
+        super().__init__(envs)
+        space = self.space = envs.single_observation_space
+        self.images = [key for key, entry in space.items() if image_shape(entry)]
+        self.vectors = [key for key, entry in space.items() if not image_shape(entry) and not is_text(key, entry)]
+        floats = sum(gym.spaces.flatdim(space[key]) for key in self.vectors)
+        self.single_observation_space = Packed(floats, [space[key].shape for key in self.images])
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+
+    def observations(self, observations):
+        vectors = [np.stack([gym.spaces.flatten(self.space[key], value) for value in observations[key]])
+                   for key in self.vectors]
+        floats = np.concatenate([np.zeros((self.num_envs, 0)), *vectors], axis=1).astype(np.float32)
+        images = [np.asarray(observations[key]).reshape(self.num_envs, -1) for key in self.images]
+        return np.concatenate([floats.view(np.uint8), *images], axis=1)
 
 
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
@@ -194,12 +241,56 @@ class NatureCNN(nn.Sequential):
                  layer_init(nn.Conv2d(64, 64, 3, 1)), nn.ReLU(), nn.Flatten()]  # arguments: in, out, kernel, stride
         features = nn.Sequential(*convs)(torch.zeros(1, channels, height, width)).shape[1]
         super().__init__(*convs, layer_init(nn.Linear(features, 512)), nn.ReLU())
+        self.features = 512
 
-    def forward(self, x):  # uint8 frames (the buffer's) of shape (N, H, W), (N, C, H, W) or (N, H, W, C)
-        x = x.unsqueeze(1) if x.dim() == 3 else x if x.shape[1] == self[0].in_channels else x.movedim(-1, 1)
-        if x.device.type == "cpu":  # channels last: oneDNN's convolutions take it ~1.3x faster, the same float32 math
-            x = x.contiguous(memory_format=torch.channels_last)
-        return super().forward(x.float() / 255.0)
+    def forward(self, x):
+        return super().forward(channels_first(x, self[0].in_channels).float() / 255.0)
+
+
+def channels_first(x, channels):
+    """uint8 frames (the buffer's) of shape (N, H, W), (N, C, H, W) or (N, H, W, C), as (N, C, H, W)."""
+    x = x.unsqueeze(1) if x.dim() == 3 else x if x.shape[1] == channels else x.movedim(-1, 1)
+    if x.device.type == "cpu":  # channels last: oneDNN's convolutions take it ~1.3x faster, the same float32 math
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+class GridCNN(nn.Sequential):
+    """An image under 36 x 36, such as MiniGrid's 7 x 7 view of object, color and state indices: three 2 x 2
+    convolutions of 16, 32 and 64 channels (MiniGrid's docs), on the values as they are (indices, not pixels)."""
+
+    def __init__(self, channels, height, width):
+        super().__init__(layer_init(nn.Conv2d(channels, 16, 2)), nn.ReLU(), layer_init(nn.Conv2d(16, 32, 2)), nn.ReLU(),
+                         layer_init(nn.Conv2d(32, 64, 2)), nn.ReLU(), nn.Flatten())
+        self.features = 64 * (height - 3) * (width - 3)
+
+    def forward(self, x):
+        return super().forward(channels_first(x, self[0].in_channels).float())
+
+
+class DictEncoder(nn.Module):
+    """Splits DictObservations' rows: each image through a CNN of its own (the Nature CNN from 36 x 36, else GridCNN),
+    the float entries beside the images' features."""
+
+    def __init__(self, space):
+        super().__init__()
+        self.floats, self.shapes = space.floats, space.images
+        self.cnns = nn.ModuleList()
+        for shape in space.images:
+            channels, height, width = image_shape(gym.spaces.Box(0, 255, shape, np.uint8))
+            self.cnns.append(NatureCNN(channels, height, width) if min(height, width) >= 36 else
+                             GridCNN(channels, height, width))
+        self.features = self.floats + sum(cnn.features for cnn in self.cnns)
+
+    def forward(self, x):
+        floats = x[:, : 4 * self.floats].clone(memory_format=torch.contiguous_format)  # rows of their own, aligned
+        features, start = [floats.view(torch.float32)], 4 * self.floats
+        for shape, cnn in zip(self.shapes, self.cnns):
+            size = int(np.prod(shape))
+            features.append(cnn(x[:, start: start + size].reshape(-1, *shape)))
+            start += size
+        return torch.cat(features, dim=1)
+
 
 
 class Agent(nn.Module):
@@ -208,12 +299,15 @@ class Agent(nn.Module):
         space, action_dim = envs.single_observation_space, int(np.prod(envs.single_action_space.shape))
         # continuous detail 2: a state-independent log standard deviation, a learned parameter
         self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
-        if image_shape(space):  # Atari details: one CNN shared by actor and critic, a linear head each
-            self.encoder = NatureCNN(*image_shape(space))
+        image = image_shape(space)
+        if image and min(image[1:]) >= 36:  # Atari details: one CNN shared by actor and critic, a linear head each
+            self.encoder = NatureCNN(*image)
             self.critic = layer_init(nn.Linear(512, 1), std=1.0)
             self.actor_mean = layer_init(nn.Linear(512, action_dim), std=0.01)
             return
-        self.encoder, obs_dim = None, int(np.prod(space.shape))  # vectors go to the MLPs as they are
+        # a Dict with images, or a small grid: an encoder shared by the MLPs below; vectors go to them as they are
+        self.encoder = DictEncoder(space) if isinstance(space, Packed) else GridCNN(*image) if image else None
+        obs_dim = self.encoder.features if self.encoder else int(np.prod(space.shape))
         # detail 13 / continuous detail 4: separate actor and critic networks, two tanh layers (64-64 by default)
         self.critic = nn.Sequential(
             layer_init(nn.Linear(obs_dim, hidden_size)),
@@ -279,9 +373,13 @@ class RunningMeanStd:
         self.mean, self.var, self.count = state["mean"].numpy().copy(), state["var"].numpy().copy(), state["count"]
 
 
-def normalize_obs(obs, obs_rms, enabled, update):
+def normalize_obs(obs, obs_rms, enabled, update, floats=None):
     """Continuous details 6 and 7: observation normalization with statistics shared by all sub-envs, then clip.
-    update=False uses the statistics without changing them (evaluation)."""
+    update=False uses the statistics without changing them (evaluation). floats: of a Dict's rows (DictObservations),
+    the float entries that lead each row, the only part normalized (detail 6 is for vectors: images are not)."""
+    if floats is not None:
+        vector = normalize_obs(obs[:, : 4 * floats].view(np.float32), obs_rms, enabled, update)
+        return np.concatenate([vector.view(np.uint8), obs[:, 4 * floats:]], axis=1)
     if not enabled:
         return obs if obs.ndim > 2 else obs.astype(np.float32)  # a batch of images (any other is flat) stays uint8
     if update:
@@ -380,13 +478,15 @@ def train(args, checkpoint=None):
 
     seed = args.seed + start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
-    image = image_shape(envs.single_observation_space) is not None
-    norm_obs = args.norm_obs and not image  # continuous detail 6 is for vectors: an image is scaled by its CNN
+    space = envs.single_observation_space
+    floats = space.floats if isinstance(space, Packed) else None  # a Dict's float entries, normalized without images
+    image = image_shape(space) is not None or floats is not None
+    norm_obs = args.norm_obs and not image_shape(space)  # continuous detail 6 is for vectors: images are scaled by CNNs
     torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)  # a CNN gains from every core, an MLP does not
     args.gae_lambda = gae_lambda_for(envs.single_action_space, args.gae_lambda)  # kept by checkpoints from here on
     agent = Agent(envs, args.hidden_size, args.init_log_std).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
-    obs_rms = RunningMeanStd(envs.single_observation_space.shape)
+    obs_rms = RunningMeanStd(space.shape if floats is None else (floats,))
     reward_scaler = RewardScaler(args.num_envs, args.gamma)
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
     state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
@@ -402,7 +502,7 @@ def train(args, checkpoint=None):
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
         next_obs, _ = envs.reset(seed=seed)
-        next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True)
+        next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True, floats=floats)
         next_done = np.zeros(args.num_envs, dtype=np.float32)
         for iteration in range(start_iteration, num_iterations + 1):
             optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
@@ -422,7 +522,7 @@ def train(args, checkpoint=None):
                 # continuous detail 5: the env gets the action clipped to its bounds; the buffer keeps the sampled one
                 next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], low, high))
                 next_done = np.logical_or(terminated, truncated).astype(np.float32)
-                next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True)
+                next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True, floats=floats)
                 if args.norm_reward:
                     reward = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
                 rewards[step] = reward
@@ -494,19 +594,11 @@ def command(args, flag, checkpoint_path, *more):
     return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
 
 
-def flattens(space):
-    """Whether a space flattens into one vector (a space of its own, as MiniGrid's text mission, raises instead)."""
-    try:
-        return space.is_np_flattenable
-    except NotImplementedError:
-        return False
-
-
 def first_line(error):
     return (str(error).splitlines() or [type(error).__name__])[0]
 
 
-def check_args(args):
+def check_args(args, observations=None):
     for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
         if isinstance(value, float) and not math.isfinite(value):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
@@ -516,7 +608,8 @@ def check_args(args):
         fail(f"--env-kwargs is not valid JSON ({e}): {args.env_kwargs}")
     if not isinstance(env_kwargs, dict):
         fail(f"--env-kwargs must be a JSON object such as '{{\"continuous\": true}}', got {args.env_kwargs}")
-    observations = check_env(args, env_kwargs)  # the env's own problems are named before any complaint about sizes
+    if observations is None:  # the env's own problems are named before any complaint about sizes
+        observations = check_env(args, env_kwargs)
     for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes",
                  "eval_max_steps", "hidden_size", "learning_rate", "clip_coef", "max_grad_norm"):
         if getattr(args, name) <= 0:
@@ -587,14 +680,16 @@ def check_env(args, env_kwargs):
     if not np.issubdtype(actions.dtype, np.floating):
         fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: its Box actions are floats "
              "(map them to floats in a wrapper, e.g. TransformAction, or to a MultiDiscrete for ppo_discrete.py)")
-    if not flattens(observations):
+    entries = observations if isinstance(observations, gym.spaces.Dict) else {"": observations}
+    images = [image_shape(entry) for entry in entries.values() if image_shape(entry)]
+    if images and len(entries) > 1:  # DictObservations: the text entries are left out, said in the run's first lines
+        if text := [key for key, entry in entries.items() if is_text(key, entry)]:
+            print(f"observations: {', '.join(text)} left out (text: map it to numbers in a wrapper to use it)")
+    elif not flattens(observations):
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; {SCRIPT} needs one that flattens "
-             "into a vector (make one in a wrapper; MiniGrid's text mission does not flatten: FlatObsWrapper does it)")
-    image = image_shape(observations)
-    parts = observations.values() if isinstance(observations, gym.spaces.Dict) else []
-    if any(image_shape(part) for part in parts) or (image and min(image[1:]) < 36):  # never an image into the MLP
-        fail(f"{args.env_id} observes {observations}; {SCRIPT}'s Nature CNN takes an image of 36 x 36 pixels or more, "
-             "alone (keep one part of a Dict in a wrapper, e.g. gym.wrappers.FilterObservation)")
+             "into a vector, or a Dict with an image (make one in a wrapper)")
+    if any(min(image[1:]) < 4 for image in images):
+        fail(f"{args.env_id} observes {observations}; {SCRIPT}'s CNNs take images of 4 x 4 pixels or more")
     return observations
 
 
@@ -662,9 +757,12 @@ def parse_args():
         args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
         if ":" in args.env_id and args.env_id != command_line_env:  # gym.make would import the module before the colon
             fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
-    if image_shape(check_args(args)) and not checkpoint:  # images: IMAGE_DEFAULTS, flags on the command line still win
+    observations = check_args(args)
+    entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
+    if any(image_shape(e) and min(image_shape(e)[1:]) >= 36 for e in entries) and not checkpoint:  # a Nature CNN's run:
+        # IMAGE_DEFAULTS, flags on the command line still win
         args = tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
-        check_args(args)
+        check_args(args, observations)
     return args, checkpoint
 
 
@@ -915,14 +1013,16 @@ def evaluate(args, checkpoint):
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, args.seed, film_first=args.eval_episodes)
     agent = Agent(envs, args.hidden_size, args.init_log_std)
-    obs_rms = RunningMeanStd(envs.single_observation_space.shape)
+    space = envs.single_observation_space
+    floats = space.floats if isinstance(space, Packed) else None
+    obs_rms = RunningMeanStd(space.shape if floats is None else (floats,))
     restore(checkpoint, {"model": agent, "obs_rms": obs_rms}, args.env_id)  # continuous detail 6: statistics frozen
     action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
     episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
-    norm_obs = args.norm_obs and not image_shape(envs.single_observation_space)
+    norm_obs = args.norm_obs and not image_shape(space)
     while len(episodic_returns) < args.eval_episodes:
-        obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False))
+        obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False, floats=floats))
         with torch.no_grad():
             action = agent.get_action(obs)[0] if args.eval_sample else agent.act_deterministic(obs)
         next_obs, reward, terminated, truncated, _ = envs.step(np.clip(action.numpy(), action_low, action_high))

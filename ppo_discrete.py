@@ -48,10 +48,12 @@ class Args:
     """PPO for Discrete, MultiDiscrete and MultiBinary actions (a categorical per part) and the env's invalid-action
     masks: `python ppo_discrete.py --env-id CartPole-v1`, then `tensorboard --logdir runs`; each
     run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Images (uint8, (H, W), (C, H, W) or
-    (H, W, C), 36 x 36 or more) go to a Nature CNN, and flags not given take IMAGE_DEFAULTS, CleanRL's for Atari:
+    (H, W, C)) of 36 x 36 or more go to a Nature CNN, and flags not given take IMAGE_DEFAULTS, CleanRL's for Atari:
     total-timesteps 10000000, learning-rate 2.5e-4, gae-lambda 0.95, num-minibatches 4, update-epochs 4, ent-coef
     0.01, vf-coef 0.5, max-grad-norm 0.5; Atari (Pong-v5 on EnvPool, ALE/Pong-v5) is preprocessed as is standard,
-    and training ends an episode at a lost life and clips rewards. CleanRL's ppo.py settings (the defaults came from a
+    and training ends an episode at a lost life and clips rewards. Smaller ones (MiniGrid's 7 x 7 view) go to a grid
+    CNN and keep the defaults below (they learn MiniGrid). A Dict with images (MiniGrid's as it comes): a CNN each,
+    the other entries beside them (a text mission left out), the defaults by the same rule. CleanRL's ppo.py settings (the defaults came from a
     benchmarks/tune.py study): --learning-rate 2.5e-4 --num-envs 4 --gae-lambda 0.95 --num-minibatches 4
     --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5"""
 
@@ -114,7 +116,7 @@ class Args:
     target_kl: Optional[float] = None
     """stop the update early when the approximate KL exceeds this (off when None)"""
     hidden_size: int = 64
-    """the width of the two hidden layers of the actor and of the critic (vectors; an image's CNN ends in 512)"""
+    """the width of the two hidden layers of the actor and of the critic (a Nature CNN alone: linear heads on its 512)"""
     action_mask: bool = True
     """if toggled, respect the env's invalid-action masks (README: "Multi-part actions and masks"); off: ignore them"""
 
@@ -171,9 +173,11 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None, training=True
     else:
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
                                                   video_folder, film_first) for i in range(num_envs)])
-    space = envs.single_observation_space  # Dict and Tuple observations: one vector, in key order
-    if not image_shape(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
-        envs = gym.wrappers.vector.FlattenObservation(envs)  # Discrete (FrozenLake-v1): one-hot
+    space = envs.single_observation_space
+    if isinstance(space, gym.spaces.Dict) and any(image_shape(entry) for entry in space.values()):
+        envs = DictObservations(envs)  # an image beside other entries (MiniGrid's): one row of bytes, split by Agent
+    elif not image_shape(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
+        envs = gym.wrappers.vector.FlattenObservation(envs)  # Dict, Tuple: one vector, in key order; Discrete: one-hot
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns (Atari: each whole game's score)
     if training and (args.env_id.startswith("ALE/") or "episodic_life" in getattr(envs.unwrapped, "config", {})):
         envs = AtariTraining(envs)
@@ -213,6 +217,49 @@ def image_shape(space):
     return (1, *shape) if len(shape) == 2 else shape if shape[0] <= shape[-1] else (shape[-1], *shape[:2])
 
 
+def is_text(key, space):
+    """A text entry (MiniGrid's mission; on EnvPool, its characters' codes): left out of what the networks see."""
+    return isinstance(space, gym.spaces.Text) or not flattens(space) or (key == "mission" and space.dtype == np.uint8)
+
+
+def flattens(space):
+    """Whether a space flattens into one vector (a space of its own, as MiniGrid's text mission, raises instead)."""
+    try:
+        return space.is_np_flattenable
+    except NotImplementedError:
+        return False
+
+
+class Packed(gym.spaces.Box):
+    """The space of DictObservations' rows, bytes: `floats` float32 values, then the uint8 images of `images`."""
+
+    def __init__(self, floats, images):
+        self.floats, self.images = floats, images  # images: a list of shapes, as the env gives them
+        super().__init__(0, 255, (4 * floats + sum(int(np.prod(shape)) for shape in images),), np.uint8)
+
+
+class DictObservations(gym.vector.VectorObservationWrapper):
+    """A Dict observation with images as one row of bytes, so that the rollout buffer and the update take it as any
+    observation: first its other entries as float32 (Box flattened, Discrete one-hot; text left out), then each
+    image's own uint8 bytes (a quarter of float32's memory). The Agent's encoder splits the row again."""
+
+    def __init__(self, envs):
+        super().__init__(envs)
+        space = self.space = envs.single_observation_space
+        self.images = [key for key, entry in space.items() if image_shape(entry)]
+        self.vectors = [key for key, entry in space.items() if not image_shape(entry) and not is_text(key, entry)]
+        floats = sum(gym.spaces.flatdim(space[key]) for key in self.vectors)
+        self.single_observation_space = Packed(floats, [space[key].shape for key in self.images])
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+
+    def observations(self, observations):
+        vectors = [np.stack([gym.spaces.flatten(self.space[key], value) for value in observations[key]])
+                   for key in self.vectors]
+        floats = np.concatenate([np.zeros((self.num_envs, 0)), *vectors], axis=1).astype(np.float32)
+        images = [np.asarray(observations[key]).reshape(self.num_envs, -1) for key in self.images]
+        return np.concatenate([floats.view(np.uint8), *images], axis=1)
+
+
 def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
     torch.nn.init.orthogonal_(layer.weight, std)  # detail 2: orthogonal init, zero biases
     torch.nn.init.constant_(layer.bias, bias_const)
@@ -227,12 +274,55 @@ class NatureCNN(nn.Sequential):
                  layer_init(nn.Conv2d(64, 64, 3, 1)), nn.ReLU(), nn.Flatten()]  # arguments: in, out, kernel, stride
         features = nn.Sequential(*convs)(torch.zeros(1, channels, height, width)).shape[1]
         super().__init__(*convs, layer_init(nn.Linear(features, 512)), nn.ReLU())
+        self.features = 512
 
-    def forward(self, x):  # uint8 frames (the buffer's) of shape (N, H, W), (N, C, H, W) or (N, H, W, C)
-        x = x.unsqueeze(1) if x.dim() == 3 else x if x.shape[1] == self[0].in_channels else x.movedim(-1, 1)
-        if x.device.type == "cpu":  # channels last: oneDNN's convolutions take it ~1.3x faster, the same float32 math
-            x = x.contiguous(memory_format=torch.channels_last)
-        return super().forward(x.float() / 255.0)
+    def forward(self, x):
+        return super().forward(channels_first(x, self[0].in_channels).float() / 255.0)
+
+
+def channels_first(x, channels):
+    """uint8 frames (the buffer's) of shape (N, H, W), (N, C, H, W) or (N, H, W, C), as (N, C, H, W)."""
+    x = x.unsqueeze(1) if x.dim() == 3 else x if x.shape[1] == channels else x.movedim(-1, 1)
+    if x.device.type == "cpu":  # channels last: oneDNN's convolutions take it ~1.3x faster, the same float32 math
+        x = x.contiguous(memory_format=torch.channels_last)
+    return x
+
+
+class GridCNN(nn.Sequential):
+    """An image under 36 x 36, such as MiniGrid's 7 x 7 view of object, color and state indices: three 2 x 2
+    convolutions of 16, 32 and 64 channels (MiniGrid's docs), on the values as they are (indices, not pixels)."""
+
+    def __init__(self, channels, height, width):
+        super().__init__(layer_init(nn.Conv2d(channels, 16, 2)), nn.ReLU(), layer_init(nn.Conv2d(16, 32, 2)), nn.ReLU(),
+                         layer_init(nn.Conv2d(32, 64, 2)), nn.ReLU(), nn.Flatten())
+        self.features = 64 * (height - 3) * (width - 3)
+
+    def forward(self, x):
+        return super().forward(channels_first(x, self[0].in_channels).float())
+
+
+class DictEncoder(nn.Module):
+    """Splits DictObservations' rows: each image through a CNN of its own (the Nature CNN from 36 x 36, else GridCNN),
+    the float entries beside the images' features."""
+
+    def __init__(self, space):
+        super().__init__()
+        self.floats, self.shapes = space.floats, space.images
+        self.cnns = nn.ModuleList()
+        for shape in space.images:
+            channels, height, width = image_shape(gym.spaces.Box(0, 255, shape, np.uint8))
+            self.cnns.append(NatureCNN(channels, height, width) if min(height, width) >= 36 else
+                             GridCNN(channels, height, width))
+        self.features = self.floats + sum(cnn.features for cnn in self.cnns)
+
+    def forward(self, x):
+        floats = x[:, : 4 * self.floats].clone(memory_format=torch.contiguous_format)  # rows of their own, aligned
+        features, start = [floats.view(torch.float32)], 4 * self.floats
+        for shape, cnn in zip(self.shapes, self.cnns):
+            size = int(np.prod(shape))
+            features.append(cnn(x[:, start: start + size].reshape(-1, *shape)))
+            start += size
+        return torch.cat(features, dim=1)
 
 
 def action_parts(space):
@@ -257,12 +347,15 @@ class Agent(nn.Module):
         starts, columns = np.cumsum(self.parts) - self.parts, range(max(self.parts))  # a grid: part p's value v at p, v
         grid = [start + v if v < n else num_actions for start, n in zip(starts, self.parts) for v in columns]
         self.register_buffer("grid", torch.tensor(grid), persistent=False)  # not in checkpoints: from the space
-        if image_shape(space):  # Atari details: one CNN shared by actor and critic, a linear head each
-            self.encoder = NatureCNN(*image_shape(space))
+        image = image_shape(space)
+        if image and min(image[1:]) >= 36:  # Atari details: one CNN shared by actor and critic, a linear head each
+            self.encoder = NatureCNN(*image)
             self.critic = layer_init(nn.Linear(512, 1), std=1.0)
             self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
             return
-        self.encoder, obs_dim = None, int(np.prod(space.shape))  # vectors go to the MLPs as they are
+        # a Dict with images, or a small grid: an encoder shared by the MLPs below; vectors go to them as they are
+        self.encoder = DictEncoder(space) if isinstance(space, Packed) else GridCNN(*image) if image else None
+        obs_dim = self.encoder.features if self.encoder else int(np.prod(space.shape))
         # detail 13: separate actor and critic networks, two tanh layers (64-64 by default)
         self.critic = nn.Sequential(
             layer_init(nn.Linear(obs_dim, hidden_size)),
@@ -377,7 +470,7 @@ def train(args, checkpoint=None):
 
     seed = args.seed + start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
-    image = image_shape(envs.single_observation_space) is not None
+    image = image_shape(envs.single_observation_space) is not None or isinstance(envs.single_observation_space, Packed)
     torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)  # a CNN gains from every core, an MLP does not
     agent = Agent(envs, args.hidden_size).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
@@ -487,19 +580,11 @@ def command(args, flag, checkpoint_path, *more):
     return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
 
 
-def flattens(space):
-    """Whether a space flattens into one vector (a space of its own, as MiniGrid's text mission, raises instead)."""
-    try:
-        return space.is_np_flattenable
-    except NotImplementedError:
-        return False
-
-
 def first_line(error):
     return (str(error).splitlines() or [type(error).__name__])[0]
 
 
-def check_args(args):
+def check_args(args, observations=None):
     for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
         if isinstance(value, float) and not math.isfinite(value):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
@@ -509,7 +594,8 @@ def check_args(args):
         fail(f"--env-kwargs is not valid JSON ({e}): {args.env_kwargs}")
     if not isinstance(env_kwargs, dict):
         fail(f"--env-kwargs must be a JSON object such as '{{\"is_slippery\": false}}', got {args.env_kwargs}")
-    observations = check_env(args, env_kwargs)  # the env's own problems are named before any complaint about sizes
+    if observations is None:  # the env's own problems are named before any complaint about sizes
+        observations = check_env(args, env_kwargs)
     for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes",
                  "eval_max_steps", "hidden_size", "learning_rate", "clip_coef", "max_grad_norm"):
         if getattr(args, name) <= 0:
@@ -579,14 +665,16 @@ def check_env(args, env_kwargs):
     if not isinstance(actions, (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)):
         fail(f"{args.env_id} has a {type(actions).__name__} action space, which none of these scripts takes: map it "
              "to a MultiDiscrete (ppo_discrete.py) or a Box (ppo_continuous.py) in a wrapper, e.g. TransformAction")
-    if not flattens(observations):
+    entries = observations if isinstance(observations, gym.spaces.Dict) else {"": observations}
+    images = [image_shape(entry) for entry in entries.values() if image_shape(entry)]
+    if images and len(entries) > 1:  # DictObservations: the text entries are left out, said in the run's first lines
+        if text := [key for key, entry in entries.items() if is_text(key, entry)]:
+            print(f"observations: {', '.join(text)} left out (text: map it to numbers in a wrapper to use it)")
+    elif not flattens(observations):
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; {SCRIPT} needs one that flattens "
-             "into a vector (make one in a wrapper; MiniGrid's text mission does not flatten: FlatObsWrapper does it)")
-    image = image_shape(observations)
-    parts = observations.values() if isinstance(observations, gym.spaces.Dict) else []
-    if any(image_shape(part) for part in parts) or (image and min(image[1:]) < 36):  # never an image into the MLP
-        fail(f"{args.env_id} observes {observations}; {SCRIPT}'s Nature CNN takes an image of 36 x 36 pixels or more, "
-             "alone (keep one part of a Dict in a wrapper, e.g. gym.wrappers.FilterObservation)")
+             "into a vector, or a Dict with an image (make one in a wrapper)")
+    if any(min(image[1:]) < 4 for image in images):
+        fail(f"{args.env_id} observes {observations}; {SCRIPT}'s CNNs take images of 4 x 4 pixels or more")
     return observations
 
 
@@ -654,9 +742,12 @@ def parse_args():
         args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
         if ":" in args.env_id and args.env_id != command_line_env:  # gym.make would import the module before the colon
             fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
-    if image_shape(check_args(args)) and not checkpoint:  # images: IMAGE_DEFAULTS, flags on the command line still win
+    observations = check_args(args)
+    entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
+    if any(image_shape(e) and min(image_shape(e)[1:]) >= 36 for e in entries) and not checkpoint:  # a Nature CNN's run:
+        # IMAGE_DEFAULTS, flags on the command line still win
         args = tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
-        check_args(args)
+        check_args(args, observations)
     return args, checkpoint
 
 
@@ -968,8 +1059,9 @@ def evaluate(args, checkpoint):
     restore(checkpoint, {"model": agent}, args.env_id)
     episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, infos = envs.reset(seed=args.seed)
+    packed = isinstance(envs.single_observation_space, Packed)  # a Dict's rows of bytes stay bytes
     while len(episodic_returns) < args.eval_episodes:
-        obs = torch.from_numpy(next_obs.astype(np.float32))
+        obs = torch.from_numpy(next_obs if packed else next_obs.astype(np.float32))
         given = args.action_mask and "action_mask" in infos
         mask = torch.from_numpy(action_mask(infos, sum(agent.parts), np.zeros(1))) if given else None
         with torch.no_grad():

@@ -102,7 +102,8 @@ class SpacesEnv(gym.Env):
 
 
 BOX2 = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
-IMAGE = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)  # an image too small for the Nature CNN: refused
+IMAGE = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)  # an image too small for the Nature CNN: the grid CNN's
+TINY_IMAGE = gym.spaces.Box(0, 255, (3, 3), np.uint8)  # too small for three 2 x 2 convolutions: refused
 KEY_ORDER = gym.spaces.Dict([("position", BOX2), ("mode", gym.spaces.Discrete(3))])  # pairs: kept in this order
 for name, observations, actions in (
     ("DictObservations", gym.spaces.Dict({"position": BOX2, "mode": gym.spaces.Discrete(3)}), BOX2),
@@ -119,6 +120,8 @@ for name, observations, actions in (
     ("ImageObservationsBox", IMAGE, BOX2),
     ("DictImageObservations", gym.spaces.Dict({"position": BOX2, "camera": IMAGE}), gym.spaces.Discrete(2)),
     ("DictImageObservationsBox", gym.spaces.Dict({"position": BOX2, "camera": IMAGE}), BOX2),
+    ("TinyImageObservations", TINY_IMAGE, gym.spaces.Discrete(2)),
+    ("TinyImageObservationsBox", TINY_IMAGE, BOX2),
     ("DiscreteFromOneBox", BOX2, gym.spaces.Box(-2, 2, (2,), np.int64)),
     # a space of its own that does not say whether it flattens (MiniGrid's text mission): it raises NotImplementedError
     ("MissionObservations", gym.spaces.Dict({"position": BOX2, "mission": gym.spaces.Space()}), gym.spaces.Discrete(2)),

@@ -161,8 +161,6 @@ def test_envpool_frozenlake_trains_on_one_hot_observations(in_tmp):
 
 @needs_envpool
 @pytest.mark.parametrize("ppo, env_id, message", [
-    (ppo_discrete, "MiniGrid-Empty-5x5-v0", r"MiniGrid-Empty-5x5-v0 observes Dict\(.*\); ppo_discrete.py's Nature CNN "
-                                            r"takes an image of 36 x 36 pixels or more, alone"),
     (ppo_discrete, "TicTacToe-v1", r"TicTacToe-v1 is a game of several players; ppo_discrete.py trains one agent"),
     (ppo_discrete, "CheetahRun-v1", r"CheetahRun-v1 has a Box action space; ppo_discrete.py takes Discrete, MultiDiscrete "
                                    r"and MultiBinary \(use ppo_continuous.py\)"),

@@ -185,15 +185,11 @@ FAULTS = [
           r"actions are floats", ("--env-id", "test/DiscreteFromOneBox-v0"), scripts=BOX),
     Fault("observations that do not flatten", r"has a Sequence observation space; .* needs one that flattens into a vector",
           ("--env-id", "{env:SequenceObservations}")),
-    Fault("observations with an entry that cannot say whether it flattens (MiniGrid's mission)", r"has a Dict observation "
-          r"space; {script} needs one that flattens into a vector \(make one in a wrapper; MiniGrid's text mission does "
-          r"not flatten: FlatObsWrapper does it\)$",
-          ("--env-id", "{env:MissionObservations}")),
-    Fault("images too small for the CNN", r"observes Box\(0, 255, \(8, 8, 3\), uint8\); {script}'s Nature CNN takes an "
-          r"image of 36 x 36 pixels or more, alone \(keep one part of a Dict in a wrapper, e.g. "
-          r"gym.wrappers.FilterObservation\)$", ("--env-id", "{env:ImageObservations}")),
-    Fault("an image among Dict observations", r"observes Dict\(.*\); {script}'s Nature CNN takes an image of 36 x 36 "
-          r"pixels or more, alone", ("--env-id", "{env:DictImageObservations}")),
+    Fault("observations with an entry that cannot say whether it flattens (MiniGrid's mission) and no image",
+          r"has a Dict observation space; {script} needs one that flattens into a vector, or a Dict with an image "
+          r"\(make one in a wrapper\)$", ("--env-id", "{env:MissionObservations}")),
+    Fault("images too small for the CNNs", r"observes Box\(0, 255, \(3, 3\), uint8\); {script}'s CNNs take images of "
+          r"4 x 4 pixels or more$", ("--env-id", "{env:TinyImageObservations}")),
     # bad checkpoints
     Fault("missing checkpoint", r"checkpoint not found: nowhere.pt", checkpoint=("missing",)),
     Fault("empty checkpoint", r"cannot read checkpoint .*empty.pt: .", checkpoint=("empty",)),
