@@ -223,11 +223,13 @@ def action_mask(infos, num_envs, num_actions):
 
 
 def image_shape(space):
-    """(channels, height, width) of an image, a uint8 Box of 2 or 3 dimensions (channels the smaller end); else None."""
+    """(channels, height, width) of an image, a uint8 Box of 2 or 3 dimensions (channels the smaller end), 7 x 7 or
+    more; else None (a smaller one is flattened into the vector, as the CNNs' convolutions would leave nothing)."""
     shape = space.shape if isinstance(space, gym.spaces.Box) and space.dtype == np.uint8 else ()
     if len(shape) not in (2, 3):
         return None
-    return (1, *shape) if len(shape) == 2 else shape if shape[0] <= shape[-1] else (shape[-1], *shape[:2])
+    image = (1, *shape) if len(shape) == 2 else shape if shape[0] <= shape[-1] else (shape[-1], *shape[:2])
+    return image if min(image[1:]) >= 7 else None
 
 
 def is_text(key, space):
@@ -301,12 +303,14 @@ def channels_first(x, channels):
 
 class GridCNN(nn.Sequential):
     """An image under 36 x 36, such as MiniGrid's 7 x 7 view of object, color and state indices: three 2 x 2
-    convolutions of 16, 32 and 64 channels (MiniGrid's docs), on the values as they are (indices, not pixels)."""
+    convolutions of 16, 32 and 64 channels, the first max-pooled (rl-starter-files' MiniGrid encoder; without the pool
+    Empty-Random-5x5 stalled on 1 seed of 5), on the values as they are (indices, not pixels)."""
 
     def __init__(self, channels, height, width):
-        super().__init__(layer_init(nn.Conv2d(channels, 16, 2)), nn.ReLU(), layer_init(nn.Conv2d(16, 32, 2)), nn.ReLU(),
-                         layer_init(nn.Conv2d(32, 64, 2)), nn.ReLU(), nn.Flatten())
-        self.features = 64 * (height - 3) * (width - 3)
+        super().__init__(layer_init(nn.Conv2d(channels, 16, 2)), nn.ReLU(), nn.MaxPool2d(2),
+                         layer_init(nn.Conv2d(16, 32, 2)), nn.ReLU(), layer_init(nn.Conv2d(32, 64, 2)), nn.ReLU(),
+                         nn.Flatten())
+        self.features = 64 * ((height - 1) // 2 - 2) * ((width - 1) // 2 - 2)
 
     def forward(self, x):
         return super().forward(channels_first(x, self[0].in_channels).float())
@@ -765,16 +769,13 @@ def check_env(args, env_kwargs):
     if isinstance(actions, gym.spaces.Box) and not np.issubdtype(actions.dtype, np.floating):
         fail(f"{args.env_id} has actions {actions} that {SCRIPT} does not send: its Box actions are floats "
              "(map them to floats in a wrapper, e.g. TransformAction, or to a MultiDiscrete for ppo_discrete.py)")
-    entries = observations if isinstance(observations, gym.spaces.Dict) else {"": observations}
-    images = [image_shape(entry) for entry in entries.values() if image_shape(entry)]
-    if images and len(entries) > 1:  # DictObservations: the text entries are left out, said in the run's first lines
-        if text := [key for key, entry in entries.items() if is_text(key, entry)]:
+    if isinstance(observations, gym.spaces.Dict) and any(image_shape(entry) for entry in observations.values()):
+        # DictObservations: the text entries are left out, said in the run's first lines
+        if text := [key for key, entry in observations.items() if is_text(key, entry)]:
             print(f"observations: {', '.join(text)} left out (text: map it to numbers in a wrapper to use it)")
     elif not flattens(observations):
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; {SCRIPT} needs one that flattens "
              "into a vector, or a Dict with an image (make one in a wrapper)")
-    if any(min(image[1:]) < 4 for image in images):
-        fail(f"{args.env_id} observes {observations}; {SCRIPT}'s CNNs take images of 4 x 4 pixels or more")
     return observations
 
 

@@ -103,7 +103,7 @@ class SpacesEnv(gym.Env):
 
 BOX2 = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
 IMAGE = gym.spaces.Box(0, 255, (8, 8, 3), np.uint8)  # an image too small for the Nature CNN: the grid CNN's
-TINY_IMAGE = gym.spaces.Box(0, 255, (3, 3), np.uint8)  # too small for three 2 x 2 convolutions: refused
+TINY_IMAGE = gym.spaces.Box(0, 255, (3, 3), np.uint8)  # too small for the grid CNN: flattened into the vector
 KEY_ORDER = gym.spaces.Dict([("position", BOX2), ("mode", gym.spaces.Discrete(3))])  # pairs: kept in this order
 for name, observations, actions in (
     ("DictObservations", gym.spaces.Dict({"position": BOX2, "mode": gym.spaces.Discrete(3)}), BOX2),

@@ -21,11 +21,11 @@ needs_envpool = pytest.mark.skipif(importlib.util.find_spec("envpool") is None, 
 
 
 class AgreeEnv(gym.Env):
-    """A small grid (4 x 4, one channel, channels last) whose left or right half holds 1s, beside a `sign` of -1 or 1
+    """A small grid (7 x 7, one channel, channels last) whose left or right half holds 1s, beside a `sign` of -1 or 1
     and a text mission, drawn anew each step. Reward 1 when the action says whether the bright half is the right one
     exactly when the sign is 1 (Discrete: 1 agrees; Box: an action above 0). Blind to either entry: 4 of 8 a time."""
 
-    def __init__(self, box_actions=False, size=4):
+    def __init__(self, box_actions=False, size=7):
         self.observation_space = gym.spaces.Dict({
             "grid": gym.spaces.Box(0, 255, (size, size, 1), np.uint8),
             "sign": gym.spaces.Box(-1.0, 1.0, (1,), np.float32),
@@ -55,12 +55,12 @@ class AgreeEnv(gym.Env):
 class KnownEnv(gym.Env):
     """The same Dict observation every step, of known values in several dtypes, and a text entry."""
 
-    CAMERA = np.arange(60, dtype=np.uint8).reshape(5, 6, 2)
+    CAMERA = np.arange(112, dtype=np.uint8).reshape(7, 8, 2)
     JOINTS = np.array([0.1, -2.5, 3e6], np.float32)
 
     def __init__(self, box_actions=False):
         self.observation_space = gym.spaces.Dict({
-            "camera": gym.spaces.Box(0, 255, (5, 6, 2), np.uint8),
+            "camera": gym.spaces.Box(0, 255, (7, 8, 2), np.uint8),
             "joints": gym.spaces.Box(-np.inf, np.inf, (3,), np.float32),
             "mode": gym.spaces.Discrete(3, start=1),
             "mission": gym.spaces.Text(16)})
@@ -98,7 +98,7 @@ def test_each_entry_reaches_the_encoder_exactly_in_its_own_dtype_and_the_text_is
     assert "observations: mission left out (text" in capsys.readouterr().out
     envs = make_envs(ppo, args, 2)
     rows = envs.reset(seed=1)[0]
-    assert rows.dtype == np.uint8 and rows.shape == (2, 4 * (3 + 3) + 60)  # joints, mode one-hot, then the camera
+    assert rows.dtype == np.uint8 and rows.shape == (2, 4 * (3 + 3) + 112)  # joints, mode one-hot, then the camera
     agent = ppo.Agent(envs)
     seen = []
     agent.encoder.cnns[0].register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0]))
@@ -108,7 +108,7 @@ def test_each_entry_reaches_the_encoder_exactly_in_its_own_dtype_and_the_text_is
     np.testing.assert_array_equal(features[:, :6].numpy(), np.stack([floats] * 2))  # float32, bit for bit
     assert seen[0].dtype == torch.uint8
     np.testing.assert_array_equal(seen[0].numpy(), np.stack([KnownEnv.CAMERA] * 2))  # the camera's own bytes
-    assert features.shape == (2, 6 + 64 * 2 * 3)  # the grid CNN: three 2 x 2 convolutions of a 5 x 6 view
+    assert features.shape == (2, 6 + 64)  # the grid CNN: 7 x 8, 6 x 7, pooled 3 x 3, 2 x 2, 1 x 1 of 64 channels
     envs.close()
 
 
@@ -137,17 +137,18 @@ def test_a_task_that_needs_the_image_and_the_vector_is_learned_resumes_and_evalu
     ppo.train(*ppo.parse_args())
     resumed = ppo.load_checkpoint(path)
     assert resumed["global_step"] == 3328
-    resumed["model"]["encoder.cnns.0.4.weight"][0, 0, 0, 0] = float("nan")
+    resumed["model"]["encoder.cnns.0.5.weight"][0, 0, 0, 0] = float("nan")
     torch.save(resumed, "nan.pt")
     with pytest.raises(SystemExit, match="nan.pt holds non-finite weights"):
         ppo.load_checkpoint("nan.pt")
 
 
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
-def test_a_small_image_alone_trains_through_the_grid_cnn(ppo, in_tmp):
-    path = ppo.train(short_args(ppo, env_id=env_id(ppo, "ImageObservations"), total_timesteps=512))
-    model = ppo.load_checkpoint(path)["model"]
-    assert model["encoder.0.weight"].shape == (16, 3, 2, 2) and "encoder.6.weight" not in model  # no Nature CNN
+def test_a_small_image_alone_trains_through_the_grid_cnn_and_a_tiny_one_as_a_vector(ppo, in_tmp):
+    model = ppo.load_checkpoint(ppo.train(short_args(ppo, env_id=env_id(ppo, "ImageObservations"))))["model"]
+    assert model["encoder.0.weight"].shape == (16, 3, 2, 2) and "encoder.7.weight" not in model  # no Nature CNN
+    model = ppo.load_checkpoint(ppo.train(short_args(ppo, env_id=env_id(ppo, "TinyImageObservations"))))["model"]
+    assert not any(name.startswith("encoder.") for name in model)  # 3 x 3: flattened into the MLP
 
 
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)

@@ -188,8 +188,6 @@ FAULTS = [
     Fault("observations with an entry that cannot say whether it flattens (MiniGrid's mission) and no image",
           r"has a Dict observation space; {script} needs one that flattens into a vector, or a Dict with an image "
           r"\(make one in a wrapper\)$", ("--env-id", "{env:MissionObservations}")),
-    Fault("images too small for the CNNs", r"observes Box\(0, 255, \(3, 3\), uint8\); {script}'s CNNs take images of "
-          r"4 x 4 pixels or more$", ("--env-id", "{env:TinyImageObservations}")),
     # bad checkpoints
     Fault("missing checkpoint", r"checkpoint not found: nowhere.pt", checkpoint=("missing",)),
     Fault("empty checkpoint", r"cannot read checkpoint .*empty.pt: .", checkpoint=("empty",)),
