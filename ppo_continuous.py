@@ -117,7 +117,7 @@ class Args:
     norm_reward: bool = True
     """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10]"""
     hidden_size: int = 64
-    """the width of the two hidden layers of the actor and of the critic (a Nature CNN alone: linear heads on its 512)"""
+    """the width of the two hidden layers of the actor and of the critic (a Nature CNN alone: linear heads on 512)"""
     init_log_std: float = -1.0
     """the log std the policy starts with (std 0.37; -0.5 suits Hopper, Walker2d, BipedalWalker and most DMC tasks)"""
 
@@ -203,8 +203,8 @@ class Packed(gym.spaces.Box):
     """The space of DictObservations' rows, bytes: `floats` float32 values, then the uint8 images of `images`."""
 
     def __init__(self, floats, images):
-        self.floats, self.images = floats, images  # images: a list of shapes, as the env gives them
-        super().__init__(0, 255, (4 * floats + sum(int(np.prod(shape)) for shape in images),), np.uint8)
+        self.floats, self.images = floats, images  # images: the image entries' spaces, in the row's order
+        super().__init__(0, 255, (4 * floats + sum(int(np.prod(image.shape)) for image in images),), np.uint8)
 
 
 class DictObservations(gym.vector.VectorObservationWrapper):
@@ -218,7 +218,7 @@ class DictObservations(gym.vector.VectorObservationWrapper):
         self.images = [key for key, entry in space.items() if image_shape(entry)]
         self.vectors = [key for key, entry in space.items() if not image_shape(entry) and not is_text(key, entry)]
         floats = sum(gym.spaces.flatdim(space[key]) for key in self.vectors)
-        self.single_observation_space = Packed(floats, [space[key].shape for key in self.images])
+        self.single_observation_space = Packed(floats, [space[key] for key in self.images])
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
 
     def observations(self, observations):
@@ -238,6 +238,8 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 class NatureCNN(nn.Sequential):
     """Atari details: the Nature CNN (Mnih et al., 2015) on pixels scaled to [0, 1], 512 features for both heads."""
 
+    scale = 255.0
+
     def __init__(self, channels, height, width):
         convs = [layer_init(nn.Conv2d(channels, 32, 8, 4)), nn.ReLU(), layer_init(nn.Conv2d(32, 64, 4, 2)), nn.ReLU(),
                  layer_init(nn.Conv2d(64, 64, 3, 1)), nn.ReLU(), nn.Flatten()]  # arguments: in, out, kernel, stride
@@ -245,31 +247,25 @@ class NatureCNN(nn.Sequential):
         super().__init__(*convs, layer_init(nn.Linear(features, 512)), nn.ReLU())
         self.features = 512
 
-    def forward(self, x):
-        return super().forward(channels_first(x, self[0].in_channels).float() / 255.0)
+    def forward(self, x):  # uint8 frames (the buffer's) of shape (N, H, W), (N, C, H, W) or (N, H, W, C)
+        x = x.unsqueeze(1) if x.dim() == 3 else x if x.shape[1] == self[0].in_channels else x.movedim(-1, 1)
+        if x.device.type == "cpu":  # channels last: oneDNN's convolutions take it ~1.3x faster, the same float32 math
+            x = x.contiguous(memory_format=torch.channels_last)
+        return super().forward(x.float() / self.scale)
 
 
-def channels_first(x, channels):
-    """uint8 frames (the buffer's) of shape (N, H, W), (N, C, H, W) or (N, H, W, C), as (N, C, H, W)."""
-    x = x.unsqueeze(1) if x.dim() == 3 else x if x.shape[1] == channels else x.movedim(-1, 1)
-    if x.device.type == "cpu":  # channels last: oneDNN's convolutions take it ~1.3x faster, the same float32 math
-        x = x.contiguous(memory_format=torch.channels_last)
-    return x
-
-
-class GridCNN(nn.Sequential):
+class GridCNN(NatureCNN):
     """An image under 36 x 36, such as MiniGrid's 7 x 7 view of object, color and state indices: three 2 x 2
     convolutions of 16, 32 and 64 channels, the first max-pooled (rl-starter-files' MiniGrid encoder; without the pool
     Empty-Random-5x5 stalled on 1 seed of 5), on the values as they are (indices, not pixels)."""
 
-    def __init__(self, channels, height, width):
-        super().__init__(layer_init(nn.Conv2d(channels, 16, 2)), nn.ReLU(), nn.MaxPool2d(2),
-                         layer_init(nn.Conv2d(16, 32, 2)), nn.ReLU(), layer_init(nn.Conv2d(32, 64, 2)), nn.ReLU(),
-                         nn.Flatten())
-        self.features = 64 * ((height - 1) // 2 - 2) * ((width - 1) // 2 - 2)
+    scale = 1.0
 
-    def forward(self, x):
-        return super().forward(channels_first(x, self[0].in_channels).float())
+    def __init__(self, channels, height, width):
+        nn.Sequential.__init__(self, layer_init(nn.Conv2d(channels, 16, 2)), nn.ReLU(), nn.MaxPool2d(2),
+                               layer_init(nn.Conv2d(16, 32, 2)), nn.ReLU(), layer_init(nn.Conv2d(32, 64, 2)),
+                               nn.ReLU(), nn.Flatten())
+        self.features = 64 * ((height - 1) // 2 - 2) * ((width - 1) // 2 - 2)
 
 
 class DictEncoder(nn.Module):
@@ -278,12 +274,9 @@ class DictEncoder(nn.Module):
 
     def __init__(self, space):
         super().__init__()
-        self.floats, self.shapes = space.floats, space.images
-        self.cnns = nn.ModuleList()
-        for shape in space.images:
-            channels, height, width = image_shape(gym.spaces.Box(0, 255, shape, np.uint8))
-            self.cnns.append(NatureCNN(channels, height, width) if min(height, width) >= 36 else
-                             GridCNN(channels, height, width))
+        self.floats, self.shapes = space.floats, [image.shape for image in space.images]
+        shapes = [image_shape(image) for image in space.images]  # (channels, height, width)
+        self.cnns = nn.ModuleList(NatureCNN(*shape) if min(shape[1:]) >= 36 else GridCNN(*shape) for shape in shapes)
         self.features = self.floats + sum(cnn.features for cnn in self.cnns)
 
     def forward(self, x):
@@ -294,7 +287,6 @@ class DictEncoder(nn.Module):
             features.append(cnn(x[:, start: start + size].reshape(-1, *shape)))
             start += size
         return torch.cat(features, dim=1)
-
 
 
 class Agent(nn.Module):
