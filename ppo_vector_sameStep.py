@@ -763,7 +763,7 @@ def check_env(args, env_kwargs):
     if isinstance(observations, gym.spaces.Dict) and any(image_shape(entry) for entry in observations.values()):
         # DictObservations: the text entries are left out, said in the run's first lines
         if text := [key for key, entry in observations.items() if is_text(key, entry)]:
-            print(f"observations: {', '.join(text)} left out (text: map it to numbers in a wrapper to use it)")
+            print(f"observations: {', '.join(text)} left out (text, or no fixed size: make it numbers in a wrapper)")
     elif not flattens(observations):
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; {SCRIPT} needs one that flattens "
              "into a vector, or a Dict with an image (make one in a wrapper)")

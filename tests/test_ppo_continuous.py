@@ -85,10 +85,10 @@ def test_observation_statistics_are_shared_saved_restored_and_frozen(in_tmp, mon
     used = []
     normalize_obs = ppo.normalize_obs
 
-    def spy(obs, obs_rms, enabled, update):
+    def spy(obs, obs_rms, enabled, update, floats=None):
         assert not update, "evaluation must not change the statistics"
         used.append(obs_rms.mean.copy())
-        return normalize_obs(obs, obs_rms, enabled, update)
+        return normalize_obs(obs, obs_rms, enabled, update, floats)
 
     monkeypatch.setattr(ppo, "normalize_obs", spy)
     final = ppo.load_checkpoint(resumed)
