@@ -313,8 +313,8 @@ class DictEncoder(nn.Module):
         self.features = self.floats + sum(cnn.features for cnn in self.cnns)
 
     def forward(self, x):
-        floats = x[:, : 4 * self.floats].clone(memory_format=torch.contiguous_format)  # rows of their own, aligned
-        features, start = [floats.view(torch.float32)], 4 * self.floats
+        floats = x[:, : 4 * self.floats].flatten().clone()  # bytes of their own: aligned for float32
+        features, start = [floats.view(torch.float32).view(len(x), self.floats)], 4 * self.floats
         for shape, cnn in zip(self.shapes, self.cnns):
             size = int(np.prod(shape))
             features.append(cnn(x[:, start: start + size].reshape(-1, *shape)))

@@ -120,6 +120,8 @@ for name, observations, actions in (
     ("ImageObservationsBox", IMAGE, BOX2),
     ("DictImageObservations", gym.spaces.Dict({"position": BOX2, "camera": IMAGE}), gym.spaces.Discrete(2)),
     ("DictImageObservationsBox", gym.spaces.Dict({"position": BOX2, "camera": IMAGE}), BOX2),
+    ("DictOnlyImage", gym.spaces.Dict({"camera": IMAGE}), gym.spaces.Discrete(2)),  # no float entry at all
+    ("DictOnlyImageBox", gym.spaces.Dict({"camera": IMAGE}), BOX2),
     ("TinyImageObservations", TINY_IMAGE, gym.spaces.Discrete(2)),
     ("TinyImageObservationsBox", TINY_IMAGE, BOX2),
     ("DiscreteFromOneBox", BOX2, gym.spaces.Box(-2, 2, (2,), np.int64)),

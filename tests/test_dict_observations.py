@@ -147,6 +147,8 @@ def test_a_task_that_needs_the_image_and_the_vector_is_learned_resumes_and_evalu
 def test_a_small_image_alone_trains_through_the_grid_cnn_and_a_tiny_one_as_a_vector(ppo, in_tmp):
     model = ppo.load_checkpoint(ppo.train(short_args(ppo, env_id=env_id(ppo, "ImageObservations"))))["model"]
     assert model["encoder.0.weight"].shape == (16, 3, 2, 2) and "encoder.7.weight" not in model  # no Nature CNN
+    model = ppo.load_checkpoint(ppo.train(short_args(ppo, env_id=env_id(ppo, "DictOnlyImage"))))["model"]
+    assert model["encoder.cnns.0.0.weight"].shape == (16, 3, 2, 2)  # a Dict of one image: no float entries beside
     model = ppo.load_checkpoint(ppo.train(short_args(ppo, env_id=env_id(ppo, "TinyImageObservations"))))["model"]
     assert not any(name.startswith("encoder.") for name in model)  # 3 x 3: flattened into the MLP
 
