@@ -752,8 +752,8 @@ def parse_args():
             fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
     observations = check_args(args)
     entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
-    if any(image_shape(e) and min(image_shape(e)[1:]) >= 36 for e in entries) and not checkpoint:  # a Nature CNN's run:
-        # IMAGE_DEFAULTS, flags on the command line still win
+    images = [image_shape(entry) for entry in entries if image_shape(entry)]
+    if any(min(image[1:]) >= 36 for image in images) and not checkpoint:  # a Nature CNN: IMAGE_DEFAULTS; flags win
         args = tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
         check_args(args, observations)
     return args, checkpoint
