@@ -120,6 +120,10 @@ class Args:
     """the width of the two hidden layers of the actor and of the critic (a Nature CNN alone: linear heads on 512)"""
     init_log_std: float = -1.0
     """the log std the policy starts with (std 0.37; -0.5 suits Hopper, Walker2d, BipedalWalker and most DMC tasks)"""
+    recurrent: Literal["none", "lstm", "gru"] = "none"
+    """a memory, for envs that hide part of their state (no velocities, one camera frame): an LSTM or GRU layer after
+    the encoder (hidden-size units, 128 after a Nature CNN), its state carried through each episode; the update
+    replays whole sub-envs in time order (num-minibatches at most num-envs), which costs speed (README: "Memory")"""
 
     checkpoint_interval: int = 10
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -290,20 +294,29 @@ class DictEncoder(nn.Module):
 
 
 class Agent(nn.Module):
-    def __init__(self, envs, hidden_size=64, init_log_std=-1.0):
+    def __init__(self, envs, hidden_size=64, init_log_std=-1.0, recurrent="none"):
         super().__init__()
         space, action_dim = envs.single_observation_space, int(np.prod(envs.single_action_space.shape))
         # continuous detail 2: a state-independent log standard deviation, a learned parameter
         self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
         image = image_shape(space)
-        if image and min(image[1:]) >= 36:  # Atari details: one CNN shared by actor and critic, a linear head each
-            self.encoder = NatureCNN(*image)
-            self.critic = layer_init(nn.Linear(512, 1), std=1.0)
-            self.actor_mean = layer_init(nn.Linear(512, action_dim), std=0.01)
-            return
+        nature = image and min(image[1:]) >= 36
         # a Dict with images, or a small grid: an encoder shared by the MLPs below; vectors go to them as they are
         self.encoder = DictEncoder(space) if isinstance(space, Packed) else GridCNN(*image) if image else None
+        if nature:  # Atari details: one Nature CNN shared by actor and critic, a linear head each (after memory)
+            self.encoder = NatureCNN(*image)
         obs_dim = self.encoder.features if self.encoder else int(np.prod(space.shape))
+        # memory (--recurrent): one LSTM or GRU layer after the encoder, shared by both heads; its output replaces
+        # the features (hidden_size units; 128 after a Nature CNN, as CleanRL's ppo_atari_lstm.py)
+        self.memory = None
+        if recurrent != "none":
+            size = 128 if nature else hidden_size
+            self.memory = {"lstm": nn.LSTM, "gru": nn.GRU}[recurrent](obs_dim, size)
+            obs_dim = size
+        if nature:
+            self.critic = layer_init(nn.Linear(obs_dim, 1), std=1.0)
+            self.actor_mean = layer_init(nn.Linear(obs_dim, action_dim), std=0.01)
+            return
         # detail 13 / continuous detail 4: separate actor and critic networks, two tanh layers (64-64 by default)
         self.critic = nn.Sequential(
             layer_init(nn.Linear(obs_dim, hidden_size)),
@@ -323,11 +336,41 @@ class Agent(nn.Module):
     def encode(self, x):
         return x if self.encoder is None else self.encoder(x)
 
-    def get_value(self, x):
-        return self.critic(self.encode(x))
+    def initial_state(self, num_envs):
+        """The memory's state of each sub-env at an episode's start: zeros (LSTM: h and c side by side; none: empty)."""
+        size = 0 if self.memory is None else self.memory.hidden_size * (2 if isinstance(self.memory, nn.LSTM) else 1)
+        return torch.zeros(num_envs, size, device=next(self.parameters()).device)
 
-    def get_action(self, x, action=None):
-        return self.policy(self.encode(x), action)
+    def remember(self, x, state, keep):
+        """The features of a sequence of observations x [T, N, ...], as [T * N, features]. With memory, each sub-env's
+        rows are read in time order from its state [N, S], which is zeroed after each row where keep [T, N] is 0 (its
+        episode ended there): no state crosses an episode. Returns the features and the state after the last row
+        (without memory: the encoder's features, the state as it was)."""
+        hidden = self.encode(x.flatten(0, 1))
+        if self.memory is None:
+            return hidden, state
+        # Each sub-env's rows cut into episodes, all run at once as one packed batch of sequences (a loop over rows
+        # is ~30x slower): a sequence starts at row 0 (from the sub-env's state) and after each row where keep is 0
+        steps, n = keep.shape
+        starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
+        sequence = starts.cumsum(0).long() - 1  # each row's sequence
+        first = starts.nonzero()[:, 0]  # each sequence's first row
+        position = torch.arange(steps * n, device=keep.device) - first[sequence]
+        padded = hidden.new_zeros(int(position.max()) + 1, len(first), hidden.shape[1])
+        padded[position, sequence] = hidden.view(steps, n, -1).transpose(0, 1).flatten(0, 1)
+        initial = hidden.new_zeros(len(first), state.shape[1])
+        initial[sequence[::steps]] = state  # a sub-env's first sequence goes on from its state
+        lengths = torch.bincount(sequence).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(padded, lengths, enforce_sorted=False)
+        if isinstance(self.memory, nn.LSTM):
+            out, (h, c) = self.memory(packed, tuple(initial.unsqueeze(0).chunk(2, dim=2)))
+            final = torch.cat([h, c], dim=2)[0]
+        else:
+            out, final = self.memory(packed, initial.unsqueeze(0))
+            final = final[0]
+        out = nn.utils.rnn.pad_packed_sequence(out)[0][position, sequence]
+        state = final[sequence[steps - 1:: steps]] * keep[-1].unsqueeze(1)  # zeroed where the last row ended an episode
+        return out.view(n, steps, -1).transpose(0, 1).flatten(0, 1), state
 
     def policy(self, hidden, action=None):
         """The policy at encoded observations: an action (sampled unless given), its log-probability, the entropy."""
@@ -341,8 +384,8 @@ class Agent(nn.Module):
         logprob = (-0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         return action, logprob, (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
 
-    def act_deterministic(self, x):  # for evaluation: the most probable action, the mean
-        return self.actor_mean(self.encode(x))
+    def act_deterministic(self, hidden):  # for evaluation: the most probable action, the mean
+        return self.actor_mean(hidden)
 
 
 class RunningMeanStd:
@@ -428,9 +471,27 @@ def real_transitions(valid, *rollout):
     return [torch.from_numpy(x.reshape((-1,) + x.shape[2:])[keep]) for x in rollout]
 
 
-def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
-    """The clipped PPO loss on one minibatch of real transitions, and its statistics (each one logged)."""
-    hidden = agent.encode(obs)  # an image's CNN runs once for both heads (vectors pass as they are)
+def minibatches(agent, b_obs, rollout, num_minibatches):
+    """One epoch's minibatches, detail 6: a fresh shuffle each epoch, the minibatches together cover the whole batch.
+    Yields the rows of each (indices into the batch of real transitions) and their features: the encoder's on shuffled
+    rows; with memory, whole sub-envs, each replayed from its state at the rollout's start (rollout: obs, start state,
+    valid), the autoreset rows kept in the sequence and out of the loss."""
+    if agent.memory is None:
+        for mb in torch.randperm(len(b_obs), device=b_obs.device).tensor_split(num_minibatches):
+            yield mb, agent.encode(b_obs[mb])  # an image's CNN runs once for both heads (vectors pass as they are)
+        return
+    obs, start_state, valid = rollout
+    num_envs = valid.shape[1]
+    row_env = torch.arange(num_envs, device=valid.device).expand_as(valid)[valid > 0]  # each real row's sub-env
+    for envs in torch.randperm(num_envs, device=valid.device).tensor_split(min(num_minibatches, num_envs)):
+        envs = envs.sort().values  # the real rows of these sub-envs, in the batch's order (step, then sub-env)
+        hidden, _ = agent.remember(obs[:, envs], start_state[envs], valid[:, envs])
+        yield torch.isin(row_env, envs).nonzero()[:, 0], hidden[valid[:, envs].flatten() > 0]
+
+
+def ppo_loss(agent, hidden, actions, old_logprobs, advantages, returns, old_values, args):
+    """The clipped PPO loss on one minibatch of real transitions (their features), and its statistics (each one
+    logged)."""
     _, new_logprob, entropy = agent.policy(hidden, actions)
     new_value = agent.critic(hidden).view(-1)
     logratio = new_logprob - old_logprobs
@@ -480,7 +541,7 @@ def train(args, checkpoint=None):
     norm_obs = args.norm_obs and not image_shape(space)  # continuous detail 6 is for vectors: images are scaled by CNNs
     torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)  # a CNN gains from every core, an MLP does not
     args.gae_lambda = gae_lambda_for(envs.single_action_space, args.gae_lambda)  # kept by checkpoints from here on
-    agent = Agent(envs, args.hidden_size, args.init_log_std).to(device)
+    agent = Agent(envs, args.hidden_size, args.init_log_std, args.recurrent).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     obs_rms = RunningMeanStd(space.shape if floats is None else (floats,))
     reward_scaler = RewardScaler(args.num_envs, args.gamma)
@@ -500,8 +561,10 @@ def train(args, checkpoint=None):
         next_obs, _ = envs.reset(seed=seed)
         next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True, floats=floats)
         next_done = np.zeros(args.num_envs, dtype=np.float32)
+        state = agent.initial_state(args.num_envs)  # memory's state (--recurrent), carried from step to step
         for iteration in range(start_iteration, num_iterations + 1):
             optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
+            start_state = state  # where the update replays each sub-env's sequence from
 
             # Rollout: num_steps steps in every sub-environment with the current policy.
             for step in range(args.num_steps):
@@ -511,7 +574,10 @@ def train(args, checkpoint=None):
                 # reward 0). It is not a real transition, so it gets valid = 0 and no weight in the update.
                 valid[step] = 1.0 - next_done
                 with torch.no_grad():
-                    action, logprob, _ = agent.get_action(torch.from_numpy(obs[step]).to(device))
+                    # the state is zeroed after an autoreset row, which read the final observation of an episode
+                    hidden, state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device), state,
+                                                   torch.from_numpy(valid[step: step + 1]).to(device))
+                    action, logprob, _ = agent.policy(hidden)
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = logprob.cpu().numpy()
 
@@ -529,11 +595,15 @@ def train(args, checkpoint=None):
                         run.log_episode(infos["episode"]["r"][i], infos["episode"]["l"][i], global_step)
 
             # The critic is fixed during the rollout, so its values are computed in one batch afterwards:
-            # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row.
+            # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row. With memory, under
+            # the state that reached each row: a truncated episode's final observation under its episode's state.
+            rollout = torch.from_numpy(obs).to(device), start_state, torch.from_numpy(valid).to(device)
             with torch.no_grad():
-                flat_obs = torch.from_numpy(obs.reshape((-1,) + obs.shape[2:])).to(device)
-                values = agent.get_value(flat_obs).view(args.num_steps, args.num_envs)
-                next_value = agent.get_value(torch.from_numpy(next_obs).to(device)).view(1, args.num_envs)
+                hidden, _ = agent.remember(*rollout)
+                values = agent.critic(hidden).view(args.num_steps, args.num_envs)
+                hidden, _ = agent.remember(torch.from_numpy(next_obs[None]).to(device), state,
+                                           torch.ones(1, args.num_envs, device=device))
+                next_value = agent.critic(hidden).view(1, args.num_envs)
             next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
                                             args.gae_lambda)
@@ -543,13 +613,12 @@ def train(args, checkpoint=None):
             b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values = (
                 x.to(device) for x in real_transitions(valid, obs, actions, logprobs, advantages, returns, values))
 
-            # Update: update_epochs passes over the batch in shuffled minibatches.
+            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of whole sub-envs).
             update_stats = []
             num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
             for epoch in range(args.update_epochs):
-                # detail 6: a fresh shuffle each epoch; the minibatches together cover the whole batch
-                for mb in torch.randperm(len(b_obs), device=device).tensor_split(num_minibatches):
-                    loss, stats = ppo_loss(agent, b_obs[mb], b_actions[mb], b_logprobs[mb], b_advantages[mb],
+                for mb, hidden in minibatches(agent, b_obs, rollout, num_minibatches):
+                    loss, stats = ppo_loss(agent, hidden, b_actions[mb], b_logprobs[mb], b_advantages[mb],
                                            b_returns[mb], b_values[mb], args)
                     if not torch.isfinite(loss):
                         raise FloatingPointError("loss")  # the run keeps its last complete iteration
@@ -1005,7 +1074,7 @@ def evaluate(args, checkpoint):
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, args.seed, film_first=args.eval_episodes)
-    agent = Agent(envs, args.hidden_size, args.init_log_std)
+    agent = Agent(envs, args.hidden_size, args.init_log_std, args.recurrent)
     space = envs.single_observation_space
     floats = space.floats if isinstance(space, Packed) else None
     obs_rms = RunningMeanStd(space.shape if floats is None else (floats,))
@@ -1013,11 +1082,13 @@ def evaluate(args, checkpoint):
     action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
     episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
+    state = agent.initial_state(1)  # memory's state, carried through each episode
     norm_obs = args.norm_obs and not image_shape(space)
     while len(episodic_returns) < args.eval_episodes:
-        obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False, floats=floats))
+        obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False, floats=floats)[None])
         with torch.no_grad():
-            action = agent.get_action(obs)[0] if args.eval_sample else agent.act_deterministic(obs)
+            hidden, state = agent.remember(obs, state, torch.ones(1, 1))
+            action = agent.policy(hidden)[0] if args.eval_sample else agent.act_deterministic(hidden)
         next_obs, reward, terminated, truncated, _ = envs.step(np.clip(action.numpy(), action_low, action_high))
         episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
         if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
@@ -1029,6 +1100,7 @@ def evaluate(args, checkpoint):
             episode_return, episode_length = 0.0, 0
             if len(episodic_returns) < args.eval_episodes:  # the next episode starts at once, whatever the autoreset
                 next_obs, _ = envs.reset()
+                state = agent.initial_state(1)
     envs.close()
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over "
           f"{args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "

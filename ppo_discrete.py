@@ -119,6 +119,11 @@ class Args:
     """the width of the two hidden layers of the actor and of the critic (a Nature CNN alone: linear heads on 512)"""
     action_mask: bool = True
     """if toggled, respect the env's invalid-action masks (README: "Multi-part actions and masks"); off: ignore them"""
+    recurrent: Literal["none", "lstm", "gru"] = "none"
+    """a memory, for envs that hide part of their state (no velocities, a maze seen from inside): an LSTM or GRU cell
+    after the encoder (hidden-size units, 128 after a Nature CNN; Atari then sees one frame, not four), its state
+    carried through each episode; the update replays whole sub-envs in time order (num-minibatches at most
+    num-envs), which costs speed (README: "Memory")"""
 
     checkpoint_interval: int = 25
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -138,7 +143,7 @@ IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_l
                   "update_epochs": 4, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5}  # CleanRL's for Atari
 
 
-def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
+def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None, frames=4):
     def thunk():
         kwargs = {"render_mode": "rgb_array", **env_kwargs} if capture_video and idx == 0 else env_kwargs
         ale = env_id.startswith("ALE/")  # ale-py's Atari games (pip install ale-py), registered when imported
@@ -153,7 +158,7 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
             trigger = (lambda episode: episode < film_first) if film_first else None
             env = StreamedVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
         if ale:  # Atari details: up to 30 no-op starts, frame skip 4 with max-pooling, 84 x 84 gray, 4 frames stacked
-            env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=30), 4)
+            env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=30), frames)
         return env
 
     return thunk
@@ -162,17 +167,20 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
 def make_envs(args, num_envs, video_folder, seed, film_first=None, training=True):
     if args.capture_video:
         os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # else pygame says XDG_RUNTIME_DIR is invalid
+    frames = 4 if args.recurrent == "none" else 1  # memory reads Atari one frame at a time (CleanRL's LSTM as well)
     # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP, as EnvPool's
     if args.env_backend == "envpool":  # its threads step the sub-envs; seeded when made (its reset ignores a seed)
         import envpool  # the optional engine: pip install envpool==1.2.5
         warnings.filterwarnings("ignore", "EnvPool seeds are fixed|.*precision lowered by casting")  # its own notes
         threads = min(args.env_threads or len(os.sched_getaffinity(0)), num_envs)
-        envs = envpool.make_gymnasium(args.env_id, num_envs=num_envs, seed=seed, num_threads=threads)
+        stacked = "stack_num" in envpool.make_spec(args.env_id).config._fields  # Atari, ViZDoom: EnvPool stacks
+        envs = envpool.make_gymnasium(args.env_id, num_envs=num_envs, seed=seed, num_threads=threads,
+                                      **({"stack_num": frames} if stacked else {}))
         envs = gym.vector.VectorWrapper(envs)  # EnvPool names the single space where gymnasium names the batched one
         envs.observation_space = gym.vector.utils.batch_space(envs.single_observation_space, num_envs)
     else:
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
-                                                  video_folder, film_first) for i in range(num_envs)])
+                                                  video_folder, film_first, frames) for i in range(num_envs)])
     space = envs.single_observation_space
     if isinstance(space, gym.spaces.Dict) and any(image_shape(entry) for entry in space.values()):
         envs = DictObservations(envs)  # an image beside other entries (MiniGrid's): one row of bytes, split by Agent
@@ -337,7 +345,7 @@ def env_actions(envs, index):
 
 
 class Agent(nn.Module):
-    def __init__(self, envs, hidden_size=64):
+    def __init__(self, envs, hidden_size=64, recurrent="none"):
         super().__init__()
         self.parts = action_parts(envs.single_action_space)  # MultiDiscrete detail: one head, the logits of every part
         space, num_actions = envs.single_observation_space, sum(self.parts)
@@ -345,14 +353,23 @@ class Agent(nn.Module):
         grid = [start + v if v < n else num_actions for start, n in zip(starts, self.parts) for v in columns]
         self.register_buffer("grid", torch.tensor(grid), persistent=False)  # not in checkpoints: from the space
         image = image_shape(space)
-        if image and min(image[1:]) >= 36:  # Atari details: one CNN shared by actor and critic, a linear head each
-            self.encoder = NatureCNN(*image)
-            self.critic = layer_init(nn.Linear(512, 1), std=1.0)
-            self.actor = layer_init(nn.Linear(512, num_actions), std=0.01)
-            return
+        nature = image and min(image[1:]) >= 36
         # a Dict with images, or a small grid: an encoder shared by the MLPs below; vectors go to them as they are
         self.encoder = DictEncoder(space) if isinstance(space, Packed) else GridCNN(*image) if image else None
+        if nature:  # Atari details: one Nature CNN shared by actor and critic, a linear head each (after memory)
+            self.encoder = NatureCNN(*image)
         obs_dim = self.encoder.features if self.encoder else int(np.prod(space.shape))
+        # memory (--recurrent): one LSTM or GRU layer after the encoder, shared by both heads; its output replaces
+        # the features (hidden_size units; 128 after a Nature CNN, as CleanRL's ppo_atari_lstm.py)
+        self.memory = None
+        if recurrent != "none":
+            size = 128 if nature else hidden_size
+            self.memory = {"lstm": nn.LSTM, "gru": nn.GRU}[recurrent](obs_dim, size)
+            obs_dim = size
+        if nature:
+            self.critic = layer_init(nn.Linear(obs_dim, 1), std=1.0)
+            self.actor = layer_init(nn.Linear(obs_dim, num_actions), std=0.01)
+            return
         # detail 13: separate actor and critic networks, two tanh layers (64-64 by default)
         self.critic = nn.Sequential(
             layer_init(nn.Linear(obs_dim, hidden_size)),
@@ -372,11 +389,41 @@ class Agent(nn.Module):
     def encode(self, x):
         return x if self.encoder is None else self.encoder(x)
 
-    def get_value(self, x):
-        return self.critic(self.encode(x))
+    def initial_state(self, num_envs):
+        """The memory's state of each sub-env at an episode's start: zeros (LSTM: h and c side by side; none: empty)."""
+        size = 0 if self.memory is None else self.memory.hidden_size * (2 if isinstance(self.memory, nn.LSTM) else 1)
+        return torch.zeros(num_envs, size, device=next(self.parameters()).device)
 
-    def get_action(self, x, action=None, mask=None):
-        return self.policy(self.encode(x), action, mask)
+    def remember(self, x, state, keep):
+        """The features of a sequence of observations x [T, N, ...], as [T * N, features]. With memory, each sub-env's
+        rows are read in time order from its state [N, S], which is zeroed after each row where keep [T, N] is 0 (its
+        episode ended there): no state crosses an episode. Returns the features and the state after the last row
+        (without memory: the encoder's features, the state as it was)."""
+        hidden = self.encode(x.flatten(0, 1))
+        if self.memory is None:
+            return hidden, state
+        # Each sub-env's rows cut into episodes, all run at once as one packed batch of sequences (a loop over rows
+        # is ~30x slower): a sequence starts at row 0 (from the sub-env's state) and after each row where keep is 0
+        steps, n = keep.shape
+        starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
+        sequence = starts.cumsum(0).long() - 1  # each row's sequence
+        first = starts.nonzero()[:, 0]  # each sequence's first row
+        position = torch.arange(steps * n, device=keep.device) - first[sequence]
+        padded = hidden.new_zeros(int(position.max()) + 1, len(first), hidden.shape[1])
+        padded[position, sequence] = hidden.view(steps, n, -1).transpose(0, 1).flatten(0, 1)
+        initial = hidden.new_zeros(len(first), state.shape[1])
+        initial[sequence[::steps]] = state  # a sub-env's first sequence goes on from its state
+        lengths = torch.bincount(sequence).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(padded, lengths, enforce_sorted=False)
+        if isinstance(self.memory, nn.LSTM):
+            out, (h, c) = self.memory(packed, tuple(initial.unsqueeze(0).chunk(2, dim=2)))
+            final = torch.cat([h, c], dim=2)[0]
+        else:
+            out, final = self.memory(packed, initial.unsqueeze(0))
+            final = final[0]
+        out = nn.utils.rnn.pad_packed_sequence(out)[0][position, sequence]
+        state = final[sequence[steps - 1:: steps]] * keep[-1].unsqueeze(1)  # zeroed where the last row ended an episode
+        return out.view(n, steps, -1).transpose(0, 1).flatten(0, 1), state
 
     def log_probs(self, hidden, mask=None):
         """log pi(.|x), [N, parts, largest part]: a row a part; cells past a part's size and masked actions get -1e8."""
@@ -396,8 +443,8 @@ class Agent(nn.Module):
         logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).sum((-2, -1))  # summed over the parts
         return action, logprob, -(log_probs.exp() * log_probs).sum((-2, -1))
 
-    def act_deterministic(self, x, mask=None):  # for evaluation: the most probable value of each part
-        return self.log_probs(self.encode(x), mask).argmax(dim=-1)
+    def act_deterministic(self, hidden, mask=None):  # for evaluation: the most probable value of each part
+        return self.log_probs(hidden, mask).argmax(dim=-1)
 
 
 def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
@@ -421,9 +468,27 @@ def real_transitions(valid, *rollout):
     return [torch.from_numpy(x.reshape((-1,) + x.shape[2:])[keep]) for x in rollout]
 
 
-def ppo_loss(agent, obs, actions, masks, old_logprobs, advantages, returns, old_values, args):
-    """The clipped PPO loss on one minibatch of real transitions (each under its step's mask), and its statistics."""
-    hidden = agent.encode(obs)  # an image's CNN runs once for both heads (vectors pass as they are)
+def minibatches(agent, b_obs, rollout, num_minibatches):
+    """One epoch's minibatches, detail 6: a fresh shuffle each epoch, the minibatches together cover the whole batch.
+    Yields the rows of each (indices into the batch of real transitions) and their features: the encoder's on shuffled
+    rows; with memory, whole sub-envs, each replayed from its state at the rollout's start (rollout: obs, start state,
+    valid), the autoreset rows kept in the sequence and out of the loss."""
+    if agent.memory is None:
+        for mb in torch.randperm(len(b_obs), device=b_obs.device).tensor_split(num_minibatches):
+            yield mb, agent.encode(b_obs[mb])  # an image's CNN runs once for both heads (vectors pass as they are)
+        return
+    obs, start_state, valid = rollout
+    num_envs = valid.shape[1]
+    row_env = torch.arange(num_envs, device=valid.device).expand_as(valid)[valid > 0]  # each real row's sub-env
+    for envs in torch.randperm(num_envs, device=valid.device).tensor_split(min(num_minibatches, num_envs)):
+        envs = envs.sort().values  # the real rows of these sub-envs, in the batch's order (step, then sub-env)
+        hidden, _ = agent.remember(obs[:, envs], start_state[envs], valid[:, envs])
+        yield torch.isin(row_env, envs).nonzero()[:, 0], hidden[valid[:, envs].flatten() > 0]
+
+
+def ppo_loss(agent, hidden, actions, masks, old_logprobs, advantages, returns, old_values, args):
+    """The clipped PPO loss on one minibatch of real transitions (their features, each under its step's mask), and
+    its statistics."""
     _, new_logprob, entropy = agent.policy(hidden, actions, masks)
     new_value = agent.critic(hidden).view(-1)
     logratio = new_logprob - old_logprobs
@@ -469,7 +534,7 @@ def train(args, checkpoint=None):
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
     image = image_shape(envs.single_observation_space) is not None or isinstance(envs.single_observation_space, Packed)
     torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)  # a CNN gains from every core, an MLP does not
-    agent = Agent(envs, args.hidden_size).to(device)
+    agent = Agent(envs, args.hidden_size, args.recurrent).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
     state = {"model": agent, "optimizer": optimizer}
@@ -488,8 +553,10 @@ def train(args, checkpoint=None):
         next_done = np.zeros(args.num_envs, dtype=np.float32)
         masked = args.action_mask and "action_mask" in infos  # detail: invalid-action masking (see ActionMasks)
         next_mask = action_mask(infos, sum(agent.parts), next_done)
+        state = agent.initial_state(args.num_envs)  # memory's state (--recurrent), carried from step to step
         for iteration in range(start_iteration, num_iterations + 1):
             optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
+            start_state = state  # where the update replays each sub-env's sequence from
 
             # Rollout: num_steps steps in every sub-environment with the current policy.
             for step in range(args.num_steps):
@@ -501,7 +568,10 @@ def train(args, checkpoint=None):
                 masks[step] = next_mask  # kept: the update scores each action under the mask it was chosen under
                 with torch.no_grad():
                     mask = torch.from_numpy(masks[step]).to(device) if masked else None
-                    action, logprob, _ = agent.get_action(torch.from_numpy(obs[step]).to(device), mask=mask)
+                    # the state is zeroed after an autoreset row, which read the final observation of an episode
+                    hidden, state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device), state,
+                                                   torch.from_numpy(valid[step: step + 1]).to(device))
+                    action, logprob, _ = agent.policy(hidden, mask=mask)
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = logprob.cpu().numpy()
 
@@ -516,11 +586,15 @@ def train(args, checkpoint=None):
                         run.log_episode(infos["episode"]["r"][i], infos["episode"]["l"][i], global_step)
 
             # The critic is fixed during the rollout, so its values are computed in one batch afterwards:
-            # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row.
+            # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row. With memory, under
+            # the state that reached each row: a truncated episode's final observation under its episode's state.
+            rollout = torch.from_numpy(obs).to(device), start_state, torch.from_numpy(valid).to(device)
             with torch.no_grad():
-                flat_obs = torch.from_numpy(obs.reshape((-1,) + obs.shape[2:])).to(device)
-                values = agent.get_value(flat_obs).view(args.num_steps, args.num_envs)
-                next_value = agent.get_value(torch.from_numpy(next_obs.astype(obs.dtype)).to(device)).view(1, -1)
+                hidden, _ = agent.remember(*rollout)
+                values = agent.critic(hidden).view(args.num_steps, args.num_envs)
+                hidden, _ = agent.remember(torch.from_numpy(next_obs[None].astype(obs.dtype)).to(device), state,
+                                           torch.ones(1, args.num_envs, device=device))
+                next_value = agent.critic(hidden).view(1, -1)
             next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
                                             args.gae_lambda)
@@ -530,13 +604,12 @@ def train(args, checkpoint=None):
             b_obs, b_actions, b_masks, b_logprobs, b_advantages, b_returns, b_values = (x.to(device) for x in
                 real_transitions(valid, obs, actions, masks, logprobs, advantages, returns, values))
 
-            # Update: update_epochs passes over the batch in shuffled minibatches.
+            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of whole sub-envs).
             update_stats = []
             num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
             for epoch in range(args.update_epochs):
-                # detail 6: a fresh shuffle each epoch; the minibatches together cover the whole batch
-                for mb in torch.randperm(len(b_obs), device=device).tensor_split(num_minibatches):
-                    loss, stats = ppo_loss(agent, b_obs[mb], b_actions[mb], b_masks[mb] if masked else None,
+                for mb, hidden in minibatches(agent, b_obs, rollout, num_minibatches):
+                    loss, stats = ppo_loss(agent, hidden, b_actions[mb], b_masks[mb] if masked else None,
                                            b_logprobs[mb], b_advantages[mb], b_returns[mb], b_values[mb], args)
                     if not torch.isfinite(loss):
                         raise FloatingPointError("loss")  # the run keeps its last complete iteration
@@ -1049,17 +1122,19 @@ def evaluate(args, checkpoint):
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, args.seed, film_first=args.eval_episodes, training=False)
-    agent = Agent(envs, args.hidden_size)
+    agent = Agent(envs, args.hidden_size, args.recurrent)
     restore(checkpoint, {"model": agent}, args.env_id)
     episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, infos = envs.reset(seed=args.seed)
+    state = agent.initial_state(1)  # memory's state, carried through each episode
     packed = isinstance(envs.single_observation_space, Packed)  # a Dict's rows of bytes stay bytes
     while len(episodic_returns) < args.eval_episodes:
-        obs = torch.from_numpy(next_obs if packed else next_obs.astype(np.float32))
+        obs = torch.from_numpy(next_obs[None] if packed else next_obs[None].astype(np.float32))
         given = args.action_mask and "action_mask" in infos
         mask = torch.from_numpy(action_mask(infos, sum(agent.parts), np.zeros(1))) if given else None
         with torch.no_grad():
-            action = agent.get_action(obs, mask=mask)[0] if args.eval_sample else agent.act_deterministic(obs, mask)
+            hidden, state = agent.remember(obs, state, torch.ones(1, 1))
+            action = agent.policy(hidden, mask=mask)[0] if args.eval_sample else agent.act_deterministic(hidden, mask)
         action = env_actions(envs, action.numpy())
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
@@ -1072,6 +1147,7 @@ def evaluate(args, checkpoint):
             episode_return, episode_length = 0.0, 0
             if len(episodic_returns) < args.eval_episodes:  # the next episode starts at once, whatever the autoreset
                 next_obs, infos = envs.reset()
+                state = agent.initial_state(1)
     envs.close()
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over "
           f"{args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "

@@ -130,6 +130,11 @@ class Args:
     """if toggled, respect the env's invalid-action masks (README: "Multi-part actions and masks"); off: ignore them"""
     init_log_std: float = -1.0
     """Box actions: the log standard deviation the policy starts with (0: std 1; Humanoid's lie in [-0.4, 0.4])"""
+    recurrent: Literal["none", "lstm", "gru"] = "none"
+    """a memory, for envs that hide part of their state (no velocities, a maze seen from inside): an LSTM or GRU layer
+    after the encoder (hidden-size units, 128 after a Nature CNN; Atari then sees one frame, not four), its state
+    carried through each episode; the update replays whole sub-envs in time order (num-minibatches at most
+    num-envs), which costs speed (README: "Memory")"""
 
     checkpoint_interval: int = 10
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -149,7 +154,7 @@ IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_l
                   "update_epochs": 4, "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5}  # CleanRL's Atari settings
 
 
-def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
+def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None, frames=4):
     def thunk():
         if multiprocessing.parent_process() is not None:  # in a worker process (async mode)
             # a stop to the whole group is the main process's to act on (SIGTERM stays fatal: it is how workers stop)
@@ -168,7 +173,7 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
             trigger = (lambda episode: episode < film_first) if film_first else None
             env = StreamedVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
         if ale:  # Atari details: up to 30 no-op starts, frame skip 4 with max-pooling, 84 x 84 gray, 4 frames stacked
-            env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=30), 4)
+            env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=30), frames)
         space = env.observation_space
         vector = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
         if isinstance(space, gym.spaces.Dict) and any(image_shape(entry) for entry in space.values()):
@@ -187,8 +192,9 @@ def make_envs(args, num_envs, video_folder, mode, film_first=None, training=True
         os.environ.setdefault("MUJOCO_GL", "egl")  # render MuJoCo without a display
     if args.capture_video:
         os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # else pygame says XDG_RUNTIME_DIR is invalid
-    env_fns = [make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video, video_folder, film_first)
-               for i in range(num_envs)]
+    frames = 4 if args.recurrent == "none" else 1  # memory reads Atari one frame at a time (CleanRL's LSTM as well)
+    env_fns = [make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video, video_folder, film_first,
+                        frames) for i in range(num_envs)]
     # detail 1: vectorized architecture, here with SAME_STEP autoreset
     vector_env = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
     envs = vector_env(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
@@ -348,7 +354,7 @@ def env_actions(envs, index):
 
 
 class Agent(nn.Module):
-    def __init__(self, envs, hidden_size=64, init_log_std=-1.0):
+    def __init__(self, envs, hidden_size=64, init_log_std=-1.0, recurrent="none"):
         super().__init__()
         space, actions = envs.single_observation_space, envs.single_action_space
         self.discrete = not isinstance(actions, gym.spaces.Box)  # Discrete, MultiDiscrete, MultiBinary: categorical
@@ -362,14 +368,23 @@ class Agent(nn.Module):
             self.parts, action_dim = [], int(np.prod(actions.shape))
             self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
         image = image_shape(space)
-        if image and min(image[1:]) >= 36:  # Atari details: one CNN shared by actor and critic, a linear head each
-            self.encoder = NatureCNN(*image)
-            self.critic = layer_init(nn.Linear(512, 1), std=1.0)
-            self.actor = layer_init(nn.Linear(512, action_dim), std=0.01)
-            return
+        nature = image and min(image[1:]) >= 36
         # a Dict with images, or a small grid: an encoder shared by the MLPs below; vectors go to them as they are
         self.encoder = DictEncoder(space) if isinstance(space, Packed) else GridCNN(*image) if image else None
+        if nature:  # Atari details: one Nature CNN shared by actor and critic, a linear head each (after memory)
+            self.encoder = NatureCNN(*image)
         obs_dim = self.encoder.features if self.encoder else int(np.prod(space.shape))
+        # memory (--recurrent): one LSTM or GRU layer after the encoder, shared by both heads; its output replaces
+        # the features (hidden_size units; 128 after a Nature CNN, as CleanRL's ppo_atari_lstm.py)
+        self.memory = None
+        if recurrent != "none":
+            size = 128 if nature else hidden_size
+            self.memory = {"lstm": nn.LSTM, "gru": nn.GRU}[recurrent](obs_dim, size)
+            obs_dim = size
+        if nature:
+            self.critic = layer_init(nn.Linear(obs_dim, 1), std=1.0)
+            self.actor = layer_init(nn.Linear(obs_dim, action_dim), std=0.01)
+            return
         # detail 13: separate actor and critic networks, two tanh layers (64-64 by default)
         self.critic = nn.Sequential(
             layer_init(nn.Linear(obs_dim, hidden_size)),
@@ -390,11 +405,41 @@ class Agent(nn.Module):
     def encode(self, x):
         return x if self.encoder is None else self.encoder(x)
 
-    def get_value(self, x):
-        return self.critic(self.encode(x))
+    def initial_state(self, num_envs):
+        """The memory's state of each sub-env at an episode's start: zeros (LSTM: h and c side by side; none: empty)."""
+        size = 0 if self.memory is None else self.memory.hidden_size * (2 if isinstance(self.memory, nn.LSTM) else 1)
+        return torch.zeros(num_envs, size, device=next(self.parameters()).device)
 
-    def get_action(self, x, action=None, mask=None):
-        return self.policy(self.encode(x), action, mask)
+    def remember(self, x, state, keep):
+        """The features of a sequence of observations x [T, N, ...], as [T * N, features]. With memory, each sub-env's
+        rows are read in time order from its state [N, S], which is zeroed after each row where keep [T, N] is 0 (its
+        episode ended there): no state crosses an episode. Returns the features and the state after the last row
+        (without memory: the encoder's features, the state as it was)."""
+        hidden = self.encode(x.flatten(0, 1))
+        if self.memory is None:
+            return hidden, state
+        # Each sub-env's rows cut into episodes, all run at once as one packed batch of sequences (a loop over rows
+        # is ~30x slower): a sequence starts at row 0 (from the sub-env's state) and after each row where keep is 0
+        steps, n = keep.shape
+        starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
+        sequence = starts.cumsum(0).long() - 1  # each row's sequence
+        first = starts.nonzero()[:, 0]  # each sequence's first row
+        position = torch.arange(steps * n, device=keep.device) - first[sequence]
+        padded = hidden.new_zeros(int(position.max()) + 1, len(first), hidden.shape[1])
+        padded[position, sequence] = hidden.view(steps, n, -1).transpose(0, 1).flatten(0, 1)
+        initial = hidden.new_zeros(len(first), state.shape[1])
+        initial[sequence[::steps]] = state  # a sub-env's first sequence goes on from its state
+        lengths = torch.bincount(sequence).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(padded, lengths, enforce_sorted=False)
+        if isinstance(self.memory, nn.LSTM):
+            out, (h, c) = self.memory(packed, tuple(initial.unsqueeze(0).chunk(2, dim=2)))
+            final = torch.cat([h, c], dim=2)[0]
+        else:
+            out, final = self.memory(packed, initial.unsqueeze(0))
+            final = final[0]
+        out = nn.utils.rnn.pad_packed_sequence(out)[0][position, sequence]
+        state = final[sequence[steps - 1:: steps]] * keep[-1].unsqueeze(1)  # zeroed where the last row ended an episode
+        return out.view(n, steps, -1).transpose(0, 1).flatten(0, 1), state
 
     def log_probs(self, hidden, mask=None):
         """log pi(.|x), [N, parts, largest part]: a row a part; cells past a part's size and masked actions get -1e8."""
@@ -423,8 +468,7 @@ class Agent(nn.Module):
         logprob = (-0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         return action, logprob, (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
 
-    def act_deterministic(self, x, mask=None):  # for evaluation: each part's most probable value, or the mean (Box)
-        hidden = self.encode(x)
+    def act_deterministic(self, hidden, mask=None):  # for evaluation: each part's most probable value, or the mean
         return self.log_probs(hidden, mask).argmax(dim=-1) if self.discrete else self.actor(hidden)
 
 
@@ -506,9 +550,25 @@ def compute_advantages(rewards, values, next_values, terminations, dones, gamma,
     return advantages
 
 
-def ppo_loss(agent, obs, actions, masks, old_logprobs, advantages, returns, old_values, args):
-    """The clipped PPO loss on one minibatch (each row under its step's action mask), and its statistics."""
-    hidden = agent.encode(obs)  # an image's CNN runs once for both heads (vectors pass as they are)
+def minibatches(agent, b_obs, rollout, num_minibatches):
+    """One epoch's minibatches, detail 6: a fresh shuffle each epoch, the minibatches together cover the whole batch.
+    Yields the rows of each and their features: the encoder's on shuffled rows; with memory, whole sub-envs, each
+    replayed from its state at the rollout's start (rollout: obs, start state, keep: 0 where an episode ended)."""
+    if agent.memory is None:
+        for mb in torch.randperm(len(b_obs), device=b_obs.device).tensor_split(num_minibatches):
+            yield mb, agent.encode(b_obs[mb])  # an image's CNN runs once for both heads (vectors pass as they are)
+        return
+    obs, start_state, keep = rollout
+    num_steps, num_envs = keep.shape
+    for envs in torch.randperm(num_envs, device=keep.device).tensor_split(min(num_minibatches, num_envs)):
+        envs = envs.sort().values  # the rows of these sub-envs, in the batch's order (step, then sub-env)
+        hidden, _ = agent.remember(obs[:, envs], start_state[envs], keep[:, envs])
+        yield (torch.arange(num_steps, device=keep.device).unsqueeze(1) * num_envs + envs).flatten(), hidden
+
+
+def ppo_loss(agent, hidden, actions, masks, old_logprobs, advantages, returns, old_values, args):
+    """The clipped PPO loss on one minibatch (their features, each row under its step's action mask), and its
+    statistics."""
     _, new_logprob, entropy = agent.policy(hidden, actions, masks)
     new_value = agent.critic(hidden).view(-1)
     logratio = new_logprob - old_logprobs
@@ -557,7 +617,7 @@ def train(args, checkpoint=None):
     norm_obs = args.norm_obs and not image_shape(space)  # continuous detail 6 is for vectors: images are scaled by CNNs
     torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)  # a CNN gains from every core, an MLP does not
     args.gae_lambda = gae_lambda_for(envs.single_action_space, args.gae_lambda)  # kept by checkpoints from here on
-    agent = Agent(envs, args.hidden_size, args.init_log_std).to(device)
+    agent = Agent(envs, args.hidden_size, args.init_log_std, args.recurrent).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     obs_rms = RunningMeanStd(space.shape if floats is None else (floats,))
     reward_scaler = RewardScaler(args.num_envs, args.gamma)
@@ -570,6 +630,7 @@ def train(args, checkpoint=None):
     obs_dtype = np.uint8 if image else np.float32  # frames stay uint8: a quarter of float32's memory
     obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=obs_dtype)
     final_obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=obs_dtype)  # normalized, at episode ends
+    final_states = torch.zeros((args.num_steps,) + agent.initial_state(args.num_envs).shape, device=device)  # memory
     actions = np.zeros((args.num_steps, args.num_envs) + action_shape, dtype=np.int64 if agent.discrete else np.float32)
     masks = np.ones((args.num_steps, args.num_envs, sum(agent.parts)), dtype=bool)  # the valid actions at each step
     logprobs, rewards, terminations, dones = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
@@ -584,8 +645,10 @@ def train(args, checkpoint=None):
         next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True, floats=floats)
         masked = args.action_mask and agent.discrete and "action_mask" in infos  # detail: invalid-action masking
         next_mask = action_mask(infos, args.num_envs, sum(agent.parts))
+        state = agent.initial_state(args.num_envs)  # memory's state (--recurrent), carried from step to step
         for iteration in range(start_iteration, num_iterations + 1):
             optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
+            start_state = state  # where the update replays each sub-env's sequence from
 
             # Rollout: num_steps steps in every sub-environment with the current policy.
             for step in range(args.num_steps):
@@ -594,7 +657,9 @@ def train(args, checkpoint=None):
                 masks[step] = next_mask  # kept: the update scores each action under the mask it was chosen under
                 with torch.no_grad():
                     mask = torch.from_numpy(masks[step]).to(device) if masked else None
-                    action, logprob, _ = agent.get_action(torch.from_numpy(obs[step]).to(device), mask=mask)
+                    hidden, state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device), state,
+                                                   torch.ones(1, args.num_envs, device=device))
+                    action, logprob, _ = agent.policy(hidden, mask=mask)
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = logprob.cpu().numpy()
 
@@ -620,14 +685,21 @@ def train(args, checkpoint=None):
                 rewards[step] = reward
                 terminations[step] = terminated
                 dones[step] = next_done
+                # memory: a final observation is valued under the state that reached it; the next episode from zeros
+                final_states[step] = state
+                state = state * torch.from_numpy(1.0 - dones[step: step + 1].T).to(device)
 
             # The critic is fixed in the rollout: its values in one batch after it (next_values: see compute_advantages)
+            rollout = torch.from_numpy(obs).to(device), start_state, torch.from_numpy(1.0 - dones).to(device)
             with torch.no_grad():
-                flat_obs = torch.from_numpy(obs.reshape((-1,) + obs_shape)).to(device)
-                values = agent.get_value(flat_obs).view(args.num_steps, args.num_envs)
-                next_value = agent.get_value(torch.from_numpy(next_obs).to(device)).view(1, args.num_envs)
-                flat_final_obs = torch.from_numpy(final_obs.reshape((-1,) + obs_shape)).to(device)
-                final_values = agent.get_value(flat_final_obs).view(args.num_steps, -1)
+                hidden, _ = agent.remember(*rollout)
+                values = agent.critic(hidden).view(args.num_steps, args.num_envs)
+                one_row = torch.ones(1, args.num_envs, device=device)
+                next_value = agent.critic(agent.remember(torch.from_numpy(next_obs[None]).to(device), state,
+                                                         one_row)[0]).view(1, args.num_envs)
+                flat_final_obs = torch.from_numpy(final_obs.reshape((1, -1) + obs_shape)).to(device)
+                hidden, _ = agent.remember(flat_final_obs, final_states.flatten(0, 1), one_row.repeat(1, args.num_steps))
+                final_values = agent.critic(hidden).view(args.num_steps, -1)
             values, following = values.cpu().numpy(), torch.cat([values[1:], next_value]).cpu().numpy()
             next_values = np.where(dones > 0, final_values.cpu().numpy(), following)
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
@@ -639,12 +711,11 @@ def train(args, checkpoint=None):
                 torch.from_numpy(x.reshape((args.num_envs * args.num_steps,) + x.shape[2:])).to(device)
                 for x in (obs, actions, masks, logprobs, advantages, returns, values))
 
-            # Update: update_epochs passes over the batch in shuffled minibatches.
+            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of whole sub-envs).
             update_stats = []
             for epoch in range(args.update_epochs):
-                # detail 6: a fresh shuffle each epoch; the minibatches together cover the whole batch
-                for mb in torch.randperm(len(b_obs), device=device).tensor_split(args.num_minibatches):
-                    loss, stats = ppo_loss(agent, b_obs[mb], b_actions[mb], b_masks[mb] if masked else None,
+                for mb, hidden in minibatches(agent, b_obs, rollout, args.num_minibatches):
+                    loss, stats = ppo_loss(agent, hidden, b_actions[mb], b_masks[mb] if masked else None,
                                            b_logprobs[mb], b_advantages[mb], b_returns[mb], b_values[mb], args)
                     if not torch.isfinite(loss):
                         raise FloatingPointError("loss")  # the run keeps its last complete iteration
@@ -1194,19 +1265,21 @@ def evaluate(args, checkpoint):
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, "sync", film_first=args.eval_episodes, training=False)
-    agent = Agent(envs, args.hidden_size, args.init_log_std)
+    agent = Agent(envs, args.hidden_size, args.init_log_std, args.recurrent)
     floats = envs.single_observation_space.floats if isinstance(envs.single_observation_space, Packed) else None
     obs_rms = RunningMeanStd(envs.single_observation_space.shape if floats is None else (floats,))
     restore(checkpoint, {"model": agent, "obs_rms": obs_rms}, args.env_id)  # continuous detail 6: statistics frozen
     episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, infos = envs.reset(seed=args.seed)
+    state = agent.initial_state(1)  # memory's state, carried through each episode
     norm_obs, space = args.norm_obs and not image_shape(envs.single_observation_space), envs.single_action_space
     while len(episodic_returns) < args.eval_episodes:
-        obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False, floats=floats))
+        obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False, floats=floats)[None])
         given = args.action_mask and agent.discrete and "action_mask" in infos
         mask = torch.from_numpy(action_mask(infos, 1, sum(agent.parts))) if given else None
         with torch.no_grad():
-            action = agent.get_action(obs, mask=mask)[0] if args.eval_sample else agent.act_deterministic(obs, mask)
+            hidden, state = agent.remember(obs, state, torch.ones(1, 1))
+            action = agent.policy(hidden, mask=mask)[0] if args.eval_sample else agent.act_deterministic(hidden, mask)
         action = action.numpy()
         action = env_actions(envs, action) if agent.discrete else np.clip(action, space.low, space.high)
         next_obs, reward, terminated, truncated, infos = envs.step(action)
@@ -1217,7 +1290,7 @@ def evaluate(args, checkpoint):
             cut = "" if terminated[0] or truncated[0] else f" (cut at --eval-max-steps {args.eval_max_steps})"
             print(f"episode {len(episodic_returns)}: return {episode_return:.2f}, {episode_length} steps{cut}{video}",
                   flush=True)
-            episode_return, episode_length = 0.0, 0
+            episode_return, episode_length, state = 0.0, 0, agent.initial_state(1)
             if not (terminated[0] or truncated[0]):  # a cut episode; one that ended was reset in the same step
                 next_obs, infos = envs.reset()
     envs.close()

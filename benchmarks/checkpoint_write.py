@@ -23,7 +23,7 @@ def main(repeats=40):
     agent = ppo.Agent(envs, 64, -1.0)
     optimizer = torch.optim.Adam(agent.parameters(), lr=3e-4, eps=1e-5)
     obs = torch.randn(8, envs.single_observation_space.shape[0])
-    (agent.get_value(obs).sum() + agent.get_action(obs)[1].sum()).backward()
+    (agent.critic(obs).sum() + agent.policy(obs)[1].sum()).backward()
     optimizer.step()  # Adam's moments exist, as in a real checkpoint
     state = {"model": agent.state_dict(), "optimizer": optimizer.state_dict(), "global_step": 1, "iteration": 1,
              "obs_rms": ppo.RunningMeanStd(envs.single_observation_space.shape).state_dict(),

@@ -104,19 +104,20 @@ def experiments(ppo):
         clipped = torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
         return torch.max(-advantages * ratio, -advantages * clipped).mean()
 
-    def policies(agent, obs):
-        """The new policy's mean and log std at obs, and the rollout policy's, each of shape [batch, action dims]."""
+    def policies(agent, hidden):
+        """The new policy's mean and log std at the features (here the observations), and the rollout policy's, each
+        of shape [batch, action dims]."""
         old = live["old"]
-        mean, old_mean = agent.actor_mean(obs), old.actor_mean(obs)
+        mean, old_mean = agent.actor_mean(hidden), old.actor_mean(hidden)
         return mean, old_mean, agent.actor_logstd.expand_as(mean), old.actor_logstd.expand_as(mean)
 
     def decoupled():
         """PPO-CMA / MPO: the mean's surrogate at the rollout's std, the std's surrogate at the rollout's mean."""
         snapshot_per_update()
 
-        def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
-            loss, stats = original_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args)
-            mean, old_mean, log_std, old_log_std = policies(agent, obs)
+        def ppo_loss(agent, hidden, actions, old_logprobs, advantages, returns, old_values, args):
+            loss, stats = original_loss(agent, hidden, actions, old_logprobs, advantages, returns, old_values, args)
+            mean, old_mean, log_std, old_log_std = policies(agent, hidden)
             surrogate = 0.0
             for new_logprob in (logprob(actions, mean, old_log_std), logprob(actions, old_mean, log_std)):
                 surrogate = surrogate + clipped_surrogate(new_logprob, old_logprobs, advantages, args)
@@ -144,13 +145,13 @@ def experiments(ppo):
             split["perm"], split["minibatch"] = randperm(n, **kwargs), 0
             return split["perm"]
 
-        def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
-            loss, stats = original_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args)
+        def ppo_loss(agent, hidden, actions, old_logprobs, advantages, returns, old_values, args):
+            loss, stats = original_loss(agent, hidden, actions, old_logprobs, advantages, returns, old_values, args)
             num_minibatches = max(1, min(args.num_minibatches, len(split["perm"]) // 2))  # as train() splits
             rows = split["perm"].tensor_split(num_minibatches)[split["minibatch"]]
             split["minibatch"] += 1
             std_rows = split["std_rows"][rows].unsqueeze(-1)
-            mean = agent.actor_mean(obs)
+            mean = agent.actor_mean(hidden)
             log_std = agent.actor_logstd.expand_as(mean)
             mean = torch.where(std_rows, mean.detach(), mean)
             log_std = torch.where(std_rows, log_std, log_std.detach())
@@ -167,9 +168,9 @@ def experiments(ppo):
         def change():
             snapshot_per_update()
 
-            def ppo_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args):
-                loss, stats = original_loss(agent, obs, actions, old_logprobs, advantages, returns, old_values, args)
-                mean, old_mean, log_std, old_log_std = policies(agent, obs)
+            def ppo_loss(agent, hidden, actions, old_logprobs, advantages, returns, old_values, args):
+                loss, stats = original_loss(agent, hidden, actions, old_logprobs, advantages, returns, old_values, args)
+                mean, old_mean, log_std, old_log_std = policies(agent, hidden)
                 kl = (log_std - old_log_std + ((2 * old_log_std).exp() + (old_mean - mean) ** 2)
                       / (2 * (2 * log_std).exp()) - 0.5).sum(-1).mean()
                 return loss + coef * kl, stats

@@ -142,7 +142,7 @@ def critic_value_after_training(ppo, env_id):
     agent = ppo.Agent(envs)
     agent.load_state_dict(checkpoint["model"])
     with torch.no_grad():
-        return agent.get_value(torch.zeros(1, 1)).item()
+        return agent.critic(agent.encode(torch.zeros(1, 1))).item()
 
 
 def test_truncation_is_bootstrapped_and_termination_is_not(ppo, in_tmp):

@@ -123,8 +123,8 @@ def test_observation_normalization_takes_the_float_entries_only(ppo, in_tmp):
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
 def test_a_task_that_needs_the_image_and_the_vector_is_learned_resumes_and_evaluates(ppo, in_tmp, monkeypatch):
     seen = set()
-    ppo_loss = ppo.ppo_loss
-    monkeypatch.setattr(ppo, "ppo_loss", lambda agent, obs, *rest: seen.add(obs.dtype) or ppo_loss(agent, obs, *rest))
+    encode = ppo.Agent.encode  # every observation the networks see: rollout, values, update
+    monkeypatch.setattr(ppo.Agent, "encode", lambda agent, x: seen.add(x.dtype) or encode(agent, x))
     path = ppo.train(short_args(ppo, env_id=env_id(ppo, "Agree"), total_timesteps=3072, num_envs=4, num_steps=64,
                                 num_minibatches=4, update_epochs=8, learning_rate=3e-3, checkpoint_interval=0,
                                 ent_coef=0.0))

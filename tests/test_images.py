@@ -91,9 +91,8 @@ def side_args(ppo, **overrides):
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
 def test_a_tiny_image_task_is_learned_through_the_cnn_with_uint8_frames_from_rollout_to_loss(ppo, in_tmp, monkeypatch):
     seen = set()
-    get_value, ppo_loss = ppo.Agent.get_value, ppo.ppo_loss
-    monkeypatch.setattr(ppo.Agent, "get_value", lambda agent, x: seen.add(x.dtype) or get_value(agent, x))
-    monkeypatch.setattr(ppo, "ppo_loss", lambda agent, obs, *rest: seen.add(obs.dtype) or ppo_loss(agent, obs, *rest))
+    encode = ppo.Agent.encode  # every observation the networks see: rollout, values, update
+    monkeypatch.setattr(ppo.Agent, "encode", lambda agent, x: seen.add(x.dtype) or encode(agent, x))
     path = ppo.train(side_args(ppo))
     assert seen == {torch.uint8}  # the buffer's frames, never a float copy; the CNN scales them
     checkpoint = ppo.load_checkpoint(path)

@@ -57,14 +57,14 @@ def test_truncated_episodes_bootstrap_from_the_normalized_final_observation(in_t
         return result
 
     critic_inputs = []
-    get_value = ppo.Agent.get_value
+    encode = ppo.Agent.encode
 
-    def spy_value(agent, x):
+    def spy_encode(agent, x):
         critic_inputs.extend(x.reshape(-1).tolist())
-        return get_value(agent, x)
+        return encode(agent, x)
 
     monkeypatch.setattr(ppo, "normalize_obs", spy_normalize)
-    monkeypatch.setattr(ppo.Agent, "get_value", spy_value)
+    monkeypatch.setattr(ppo.Agent, "encode", spy_encode)
     ppo.train(short_args(ppo, env_id="test/CountingTruncated-v0", total_timesteps=512, norm_obs=norm_obs))
     assert len(normalized_final) == 2 * (256 // 20)  # every episode end of both sub-envs
     if not norm_obs:

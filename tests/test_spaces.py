@@ -58,14 +58,14 @@ def test_log_probability_and_entropy_are_those_of_the_product_of_categoricals_un
         joint = torch.tensor(list(itertools.product(*[range(n) for n in parts])))  # every action, as part indices
         expected = torch.stack([torch.stack([p[:, i] for p, i in zip(probs, choice)]).prod(0) for choice in joint], 1)
         for row in range(6):
-            _, logprob, entropy = agent.get_action(x[row].expand(len(joint), 3), joint, mask=None if mask is None else
+            _, logprob, entropy = agent.policy(x[row].expand(len(joint), 3), joint, mask=None if mask is None else
                                                    mask[row].expand(len(joint), -1))
             possible = expected[row] > 0
             torch.testing.assert_close(logprob[possible].exp(), expected[row][possible], rtol=1e-5, atol=1e-7)
             assert torch.all(logprob[~possible] < -1e7)  # an action with a masked part has no probability
             brute_entropy = -(expected[row][possible] * expected[row][possible].log()).sum()
             torch.testing.assert_close(entropy[0], brute_entropy, rtol=1e-5, atol=1e-6)
-        sampled = agent.get_action(x, mask=mask)[0]
+        sampled = agent.policy(x, mask=mask)[0]
         assert sampled.shape == (6, len(parts))
         actions = ppo.env_actions(SimpleNamespace(single_action_space=space), sampled.numpy())
         assert all(space.contains(action) for action in actions)  # start offsets and shapes as the env takes them
