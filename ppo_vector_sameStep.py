@@ -374,13 +374,10 @@ class Agent(nn.Module):
         if nature:  # Atari details: one Nature CNN shared by actor and critic, a linear head each (after memory)
             self.encoder = NatureCNN(*image)
         obs_dim = self.encoder.features if self.encoder else int(np.prod(space.shape))
-        # memory (--recurrent): one LSTM or GRU layer after the encoder, shared by both heads; its output replaces
-        # the features (hidden_size units; 128 after a Nature CNN, as CleanRL's ppo_atari_lstm.py)
-        self.memory = None
-        if recurrent != "none":
-            size = 128 if nature else hidden_size
-            self.memory = {"lstm": nn.LSTM, "gru": nn.GRU}[recurrent](obs_dim, size)
-            obs_dim = size
+        # memory (--recurrent): an LSTM or GRU layer after the encoder, for both heads (128 units after a Nature CNN)
+        layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[recurrent]
+        self.memory = layer(obs_dim, 128 if nature else hidden_size) if layer else None
+        obs_dim = self.memory.hidden_size if self.memory else obs_dim
         if nature:
             self.critic = layer_init(nn.Linear(obs_dim, 1), std=1.0)
             self.actor = layer_init(nn.Linear(obs_dim, action_dim), std=0.01)
@@ -410,36 +407,28 @@ class Agent(nn.Module):
         size = 0 if self.memory is None else self.memory.hidden_size * (2 if isinstance(self.memory, nn.LSTM) else 1)
         return torch.zeros(num_envs, size, device=next(self.parameters()).device)
 
-    def remember(self, x, state, keep):
-        """The features of a sequence of observations x [T, N, ...], as [T * N, features]. With memory, each sub-env's
-        rows are read in time order from its state [N, S], which is zeroed after each row where keep [T, N] is 0 (its
-        episode ended there): no state crosses an episode. Returns the features and the state after the last row
-        (without memory: the encoder's features, the state as it was)."""
+    def remember(self, x, state, keep=None):
+        """Features of observations x [T, N, ...], as [T * N, features]. With memory, each sub-env's rows in time order
+        from its state [N, S], zeroed after each row where keep [T, N] is 0 (an episode's end; None: no end): no state
+        crosses an episode. Returns the features and the state after the last row (no memory: the state as it was)."""
         hidden = self.encode(x.flatten(0, 1))
         if self.memory is None:
             return hidden, state
-        # Each sub-env's rows cut into episodes, all run at once as one packed batch of sequences (a loop over rows
-        # is ~30x slower): a sequence starts at row 0 (from the sub-env's state) and after each row where keep is 0
-        steps, n = keep.shape
+        # each sub-env's rows cut into episodes, run at once as one packed batch (a loop over rows: ~30x slower)
+        steps, n = x.shape[:2]
+        keep = torch.ones(steps, n, device=x.device) if keep is None else keep
         starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
-        sequence = starts.cumsum(0).long() - 1  # each row's sequence
-        first = starts.nonzero()[:, 0]  # each sequence's first row
-        position = torch.arange(steps * n, device=keep.device) - first[sequence]
-        padded = hidden.new_zeros(int(position.max()) + 1, len(first), hidden.shape[1])
-        padded[position, sequence] = hidden.view(steps, n, -1).transpose(0, 1).flatten(0, 1)
-        initial = hidden.new_zeros(len(first), state.shape[1])
-        initial[sequence[::steps]] = state  # a sub-env's first sequence goes on from its state
+        sequence = starts.cumsum(0).long() - 1  # each row's episode
         lengths = torch.bincount(sequence).cpu()
-        packed = nn.utils.rnn.pack_padded_sequence(padded, lengths, enforce_sorted=False)
-        if isinstance(self.memory, nn.LSTM):
-            out, (h, c) = self.memory(packed, tuple(initial.unsqueeze(0).chunk(2, dim=2)))
-            final = torch.cat([h, c], dim=2)[0]
-        else:
-            out, final = self.memory(packed, initial.unsqueeze(0))
-            final = final[0]
-        out = nn.utils.rnn.pad_packed_sequence(out)[0][position, sequence]
-        state = final[sequence[steps - 1:: steps]] * keep[-1].unsqueeze(1)  # zeroed where the last row ended an episode
-        return out.view(n, steps, -1).transpose(0, 1).flatten(0, 1), state
+        rows = hidden.view(steps, n, -1).transpose(0, 1).flatten(0, 1).split(lengths.tolist())
+        initial = hidden.new_zeros(1, len(lengths), state.shape[1])
+        initial[0, sequence[::steps]] = state  # a sub-env's first episode goes on from its state, the others from 0
+        lstm = isinstance(self.memory, nn.LSTM)  # its state: h and c side by side
+        out, final = self.memory(nn.utils.rnn.pack_sequence(rows, enforce_sorted=False),
+                                 initial.chunk(2, dim=2) if lstm else initial)
+        out = torch.cat(nn.utils.rnn.unpad_sequence(nn.utils.rnn.pad_packed_sequence(out)[0], lengths))
+        final = (torch.cat(final, dim=2) if lstm else final)[0, sequence[steps - 1:: steps]]
+        return out.view(n, steps, -1).transpose(0, 1).flatten(0, 1), final * keep[-1].unsqueeze(1)
 
     def log_probs(self, hidden, mask=None):
         """log pi(.|x), [N, parts, largest part]: a row a part; cells past a part's size and masked actions get -1e8."""
@@ -551,9 +540,9 @@ def compute_advantages(rewards, values, next_values, terminations, dones, gamma,
 
 
 def minibatches(agent, b_obs, rollout, num_minibatches):
-    """One epoch's minibatches, detail 6: a fresh shuffle each epoch, the minibatches together cover the whole batch.
-    Yields the rows of each and their features: the encoder's on shuffled rows; with memory, whole sub-envs, each
-    replayed from its state at the rollout's start (rollout: obs, start state, keep: 0 where an episode ended)."""
+    """Detail 6: a fresh shuffle each epoch, the minibatches together cover the batch. Yields each one's rows and
+    features; with memory, whole sub-envs replayed from their states at the rollout's start (rollout: obs, state,
+    keep)."""
     if agent.memory is None:
         for mb in torch.randperm(len(b_obs), device=b_obs.device).tensor_split(num_minibatches):
             yield mb, agent.encode(b_obs[mb])  # an image's CNN runs once for both heads (vectors pass as they are)
@@ -567,8 +556,7 @@ def minibatches(agent, b_obs, rollout, num_minibatches):
 
 
 def ppo_loss(agent, hidden, actions, masks, old_logprobs, advantages, returns, old_values, args):
-    """The clipped PPO loss on one minibatch (their features, each row under its step's action mask), and its
-    statistics."""
+    """The clipped PPO loss on one minibatch (features, each row under its step's action mask), and statistics."""
     _, new_logprob, entropy = agent.policy(hidden, actions, masks)
     new_value = agent.critic(hidden).view(-1)
     logratio = new_logprob - old_logprobs
@@ -657,8 +645,7 @@ def train(args, checkpoint=None):
                 masks[step] = next_mask  # kept: the update scores each action under the mask it was chosen under
                 with torch.no_grad():
                     mask = torch.from_numpy(masks[step]).to(device) if masked else None
-                    hidden, state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device), state,
-                                                   torch.ones(1, args.num_envs, device=device))
+                    hidden, state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device), state)
                     action, logprob, _ = agent.policy(hidden, mask=mask)
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = logprob.cpu().numpy()
@@ -694,11 +681,10 @@ def train(args, checkpoint=None):
             with torch.no_grad():
                 hidden, _ = agent.remember(*rollout)
                 values = agent.critic(hidden).view(args.num_steps, args.num_envs)
-                one_row = torch.ones(1, args.num_envs, device=device)
-                next_value = agent.critic(agent.remember(torch.from_numpy(next_obs[None]).to(device), state,
-                                                         one_row)[0]).view(1, args.num_envs)
-                flat_final_obs = torch.from_numpy(final_obs.reshape((1, -1) + obs_shape)).to(device)
-                hidden, _ = agent.remember(flat_final_obs, final_states.flatten(0, 1), one_row.repeat(1, args.num_steps))
+                hidden, _ = agent.remember(torch.from_numpy(next_obs[None]).to(device), state)
+                next_value = agent.critic(hidden).view(1, args.num_envs)
+                flat_final_obs = torch.from_numpy(final_obs.reshape((1, -1) + obs_shape)).to(device)  # one row each
+                hidden, _ = agent.remember(flat_final_obs, final_states.flatten(0, 1))
                 final_values = agent.critic(hidden).view(args.num_steps, -1)
             values, following = values.cpu().numpy(), torch.cat([values[1:], next_value]).cpu().numpy()
             next_values = np.where(dones > 0, final_values.cpu().numpy(), following)
@@ -1278,7 +1264,7 @@ def evaluate(args, checkpoint):
         given = args.action_mask and agent.discrete and "action_mask" in infos
         mask = torch.from_numpy(action_mask(infos, 1, sum(agent.parts))) if given else None
         with torch.no_grad():
-            hidden, state = agent.remember(obs, state, torch.ones(1, 1))
+            hidden, state = agent.remember(obs, state)
             action = agent.policy(hidden, mask=mask)[0] if args.eval_sample else agent.act_deterministic(hidden, mask)
         action = action.numpy()
         action = env_actions(envs, action) if agent.discrete else np.clip(action, space.low, space.high)

@@ -14,6 +14,7 @@ repeat right after the contenders (so it drifts with them), and gives A's speed 
     python benchmarks/speed.py --case humanoid-envpool --total-timesteps 204800 --repeats 2   # pip install envpool==1.2.5
     python benchmarks/speed.py --case dmc-envpool --env-id WalkerWalk-v1 --total-timesteps 102400 --env-alone
     python benchmarks/speed.py --case taxi-masks --total-timesteps 200000 --repeats 3
+    python benchmarks/speed.py --case cartpole-lstm --total-timesteps 100000 --repeats 3
 """
 
 import argparse
@@ -73,6 +74,15 @@ CASES = {
     "discrete-copies": ("CartPole-v1", {
         "A": ["ppo_discrete.py", *NO_CHECKPOINTS],
         "B": ["ppo_discrete.py", *NO_CHECKPOINTS],
+    }),
+    # a memory (--recurrent lstm, issue 68) against none, each script at its defaults otherwise
+    "cartpole-lstm": ("CartPole-v1", {
+        "none": ["ppo_discrete.py", *NO_CHECKPOINTS],
+        "lstm": ["ppo_discrete.py", "--recurrent", "lstm", *NO_CHECKPOINTS],
+    }),
+    "humanoid-lstm": ("Humanoid-v5", {
+        "none": ["ppo_continuous.py", *NO_CHECKPOINTS],
+        "lstm": ["ppo_continuous.py", "--recurrent", "lstm", *NO_CHECKPOINTS],
     }),
     # the defaults against CleanRL's settings, both in ppo_continuous.py
     "humanoid-cleanrl": ("Humanoid-v5", {

@@ -108,9 +108,9 @@ def spy_on_memory(ppo, monkeypatch):
     """Records every call of Agent.remember: (x, state in, keep, features, state out)."""
     calls, remember = [], ppo.Agent.remember
 
-    def spy(agent, x, state, keep):
+    def spy(agent, x, state, keep=None):
         features, after = remember(agent, x, state, keep)
-        calls.append((x.detach().clone(), state.detach().clone(), keep.clone(), features.detach().clone(),
+        calls.append((x.detach().clone(), state.detach().clone(), keep, features.detach().clone(),
                       after.detach().clone()))
         return features, after
 
@@ -181,7 +181,7 @@ def test_a_truncation_bootstraps_its_final_observation_under_the_state_that_reac
     read by the memory from the state after the episode's last row, as a step-by-step cell computes it."""
     seen, remember = {}, ppo.Agent.remember
 
-    def spy(agent, x, state, keep):
+    def spy(agent, x, state, keep=None):
         if x.shape[0] > 1 and "agent" not in seen:  # the first values' pass: the whole rollout from its start states
             seen.update(agent=copy.deepcopy(agent), x=x.clone(), start=state.clone(), keep=keep.clone())
         return remember(agent, x, state, keep)
@@ -240,3 +240,24 @@ def test_a_task_that_needs_memory_is_learned_resumed_and_evaluated(ppo, in_tmp, 
     monkeypatch.setattr(sys, "argv", [ppo.SCRIPT, "--resume", path, "--total-timesteps", "4608", "--recurrent", "gru"])
     with pytest.raises(SystemExit, match="the checkpoint's model does not fit .*memory.weight_ih_l0"):
         ppo.train(*ppo.parse_args())
+
+
+@pytest.mark.parametrize("engine", ["ale-py", "envpool"])
+@pytest.mark.parametrize("ppo", [ppo_discrete, ppo_vector_sameStep], ids=lambda module: module.__name__)
+def test_atari_with_memory_sees_one_frame_and_reads_it_through_the_cnn_then_the_lstm(ppo, engine, in_tmp):
+    pytest.importorskip("ale_py" if engine == "ale-py" else "envpool")
+    if ppo is ppo_vector_sameStep and engine == "envpool":
+        pytest.skip("ppo_vector_sameStep.py steps gymnasium's envs only")
+    env_id, backend = ("ALE/Pong-v5", "gymnasium") if engine == "ale-py" else ("Pong-v5", "envpool")
+    args = ppo.Args(env_id=env_id, recurrent="lstm", num_envs=2, num_steps=32, total_timesteps=64,
+                    **({"env_backend": backend} if ppo is ppo_discrete else {"vectorization_mode": "sync"}))
+    envs = ppo.make_envs(args, 2, None, *(["sync"] if ppo is ppo_vector_sameStep else [1]))
+    assert envs.single_observation_space.shape == (1, 84, 84)  # one frame; four without memory
+    agent = ppo.Agent(envs, recurrent="lstm")
+    assert isinstance(agent.encoder, ppo.NatureCNN) and agent.memory.hidden_size == 128
+    obs, _ = envs.reset(seed=1)
+    features, state = agent.remember(torch.from_numpy(obs[None]), agent.initial_state(2), torch.ones(1, 2))
+    assert features.shape == (2, 128) and state.shape == (2, 256)
+    envs.close()
+    model = ppo.load_checkpoint(ppo.train(args))["model"]
+    assert model["memory.weight_ih_l0"].shape == (512, 512)  # the LSTM's four gates on the CNN's 512 features
