@@ -121,9 +121,7 @@ class Args:
     init_log_std: float = -1.0
     """the log std the policy starts with (std 0.37; -0.5 suits Hopper, Walker2d, BipedalWalker and most DMC tasks)"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
-    """a memory, for envs that hide part of their state (no velocities, one camera frame): an LSTM or GRU layer after
-    the encoder (hidden-size units, 128 after a Nature CNN), its state carried through each episode; the update
-    replays whole sub-envs in time order (num-minibatches at most num-envs), which costs speed (README: "Memory")"""
+    """memory for envs that hide part of their state: an LSTM or GRU layer after the encoder (README: "Memory")"""
 
     checkpoint_interval: int = 10
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""

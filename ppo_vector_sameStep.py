@@ -131,10 +131,7 @@ class Args:
     init_log_std: float = -1.0
     """Box actions: the log standard deviation the policy starts with (0: std 1; Humanoid's lie in [-0.4, 0.4])"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
-    """a memory, for envs that hide part of their state (no velocities, a maze seen from inside): an LSTM or GRU layer
-    after the encoder (hidden-size units, 128 after a Nature CNN; Atari then sees one frame, not four), its state
-    carried through each episode; the update replays whole sub-envs in time order (num-minibatches at most
-    num-envs), which costs speed (README: "Memory")"""
+    """memory for envs that hide part of their state: an LSTM or GRU layer after the encoder (README: "Memory")"""
 
     checkpoint_interval: int = 10
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
