@@ -121,7 +121,7 @@ class Args:
     init_log_std: float = -1.0
     """the log std the policy starts with (std 0.37; -0.5 suits Hopper, Walker2d, BipedalWalker and most DMC tasks)"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
-    """memory for envs that hide part of their state: an LSTM or GRU layer after the encoder (README: "Memory")"""
+    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; 2-6x slower (README: Memory)"""
 
     checkpoint_interval: int = 10
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""

@@ -120,7 +120,7 @@ class Args:
     action_mask: bool = True
     """if toggled, respect the env's invalid-action masks (README: "Multi-part actions and masks"); off: ignore them"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
-    """memory for envs that hide part of their state: an LSTM or GRU layer after the encoder (README: "Memory")"""
+    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; 2-6x slower (README: Memory)"""
 
     checkpoint_interval: int = 25
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""

@@ -131,7 +131,7 @@ class Args:
     init_log_std: float = -1.0
     """Box actions: the log standard deviation the policy starts with (0: std 1; Humanoid's lie in [-0.4, 0.4])"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
-    """memory for envs that hide part of their state: an LSTM or GRU layer after the encoder (README: "Memory")"""
+    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; 2-6x slower (README: Memory)"""
 
     checkpoint_interval: int = 10
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -1273,7 +1273,8 @@ def evaluate(args, checkpoint):
             cut = "" if terminated[0] or truncated[0] else f" (cut at --eval-max-steps {args.eval_max_steps})"
             print(f"episode {len(episodic_returns)}: return {episode_return:.2f}, {episode_length} steps{cut}{video}",
                   flush=True)
-            episode_return, episode_length, state = 0.0, 0, agent.initial_state(1)
+            episode_return, episode_length = 0.0, 0
+            state = agent.initial_state(1)  # the next episode's memory starts from zeros
             if not (terminated[0] or truncated[0]):  # a cut episode; one that ended was reset in the same step
                 next_obs, infos = envs.reset()
     envs.close()
