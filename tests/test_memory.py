@@ -72,8 +72,8 @@ def step_by_step(agent, features, state, keep):
     return torch.stack(outputs), torch.stack(states)
 
 
-def make_agent(ppo, recurrent, env="CartPole-v1"):
-    envs = gym.vector.SyncVectorEnv([lambda: gym.make(env)])
+def make_agent(ppo, recurrent):
+    envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
     return ppo.Agent(envs, 16, recurrent=recurrent)
 
 
@@ -145,14 +145,14 @@ def update_spy(ppo, monkeypatch, first_minibatches):
     real_loss, count = ppo.ppo_loss, [0]
 
     def spy(agent, hidden, actions, *rest):
-        masks, rest = (None, rest) if ppo is ppo_continuous else (rest[0], rest[1:])
-        old_logprobs, old_values = rest[0], rest[3]
+        masks = () if ppo is ppo_continuous else rest[:1]  # the categorical scripts' loss takes the masks next
+        old_logprobs, old_values = rest[len(masks)], rest[len(masks) + 3]
         if count[0] % 4 == 0:  # 2 minibatches, 2 epochs
             with torch.no_grad():
-                logprob = agent.policy(hidden, actions) if masks is None else agent.policy(hidden, actions, masks)
-                first_minibatches.append((logprob[1], old_logprobs, agent.critic(hidden).view(-1), old_values))
+                logprob = agent.policy(hidden, actions, *masks)[1]
+                first_minibatches.append((logprob, old_logprobs, agent.critic(hidden).view(-1), old_values))
         count[0] += 1
-        return real_loss(agent, hidden, actions, *([] if masks is None and ppo is ppo_continuous else [masks]), *rest)
+        return real_loss(agent, hidden, actions, *rest)
 
     monkeypatch.setattr(ppo, "ppo_loss", spy)
 
