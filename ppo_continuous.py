@@ -49,8 +49,8 @@ class Args:
     """PPO for Box actions: `python ppo_continuous.py --env-id Humanoid-v5`, then `tensorboard --logdir runs`; each
     run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Images (uint8, (H, W), (C, H, W) or
     (H, W, C)) of 36 x 36 or more (CarRacing-v3) go to a Nature CNN, unnormalized, and flags not given take
-    IMAGE_DEFAULTS, CleanRL's Atari update (on CarRacing-v3 the MuJoCo one overshoots): learning-rate 2.5e-4,
-    gae-lambda 0.95, num-minibatches 4, update-epochs 4, clip-coef 0.1, ent-coef 0.01, vf-coef 0.5; smaller ones go to
+    IMAGE_DEFAULTS, CleanRL's Atari update (on CarRacing-v3 the MuJoCo one overshoots): learning-rate 2.5e-4, gae-lambda
+    0.95, num-minibatches 4, update-epochs 4, clip-coef 0.1, ent-coef 0.01, vf-coef 0.5, eval-sample; smaller ones go to
     a grid CNN with the defaults below. A Dict with images (a camera beside joints): a CNN each, the other entries
     beside them, normalized (a text entry left out), the defaults by the same rule. CleanRL's MuJoCo settings:
     --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
@@ -134,11 +134,22 @@ class Args:
     eval_max_steps: int = 100000
     """an evaluation episode that has not ended after this many steps is cut there (for envs without a time limit)"""
     eval_sample: bool = False
-    """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically"""
+    """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically
+    (on for images, IMAGE_DEFAULTS: a deterministic Atari or CarRacing policy can repeat one failing play)"""
 
 
 IMAGE_DEFAULTS = {"learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4, "update_epochs": 4,
-                  "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5}  # CleanRL's Atari update
+                  "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5, "eval_sample": True}  # CleanRL's Atari update
+
+
+def env_defaults(args, observations):
+    """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) take IMAGE_DEFAULTS (the
+    command line parsed again over them, so flags given still win). Applied before the arguments are checked."""
+    entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
+    images = [image_shape(entry) for entry in entries if image_shape(entry)]
+    if any(min(image[1:]) >= 36 for image in images):
+        return tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
+    return args
 
 
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
@@ -647,18 +658,23 @@ def first_line(error):
     return (str(error).splitlines() or [type(error).__name__])[0]
 
 
-def check_args(args, observations=None):
-    for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
-        if isinstance(value, float) and not math.isfinite(value):
-            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+def env_kwargs_of(args):
+    """--env-kwargs as a dict (one line says what is wrong with it)."""
     try:
         env_kwargs = json.loads(args.env_kwargs)
     except json.JSONDecodeError as e:
         fail(f"--env-kwargs is not valid JSON ({e}): {args.env_kwargs}")
     if not isinstance(env_kwargs, dict):
         fail(f"--env-kwargs must be a JSON object such as '{{\"continuous\": true}}', got {args.env_kwargs}")
+    return env_kwargs
+
+
+def check_args(args, observations=None):
+    for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     if observations is None:  # the env's own problems are named before any complaint about sizes
-        observations = check_env(args, env_kwargs)
+        observations = check_env(args, env_kwargs_of(args))
     for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes",
                  "eval_max_steps", "hidden_size", "learning_rate", "clip_coef", "max_grad_norm"):
         if getattr(args, name) <= 0:
@@ -797,18 +813,16 @@ def parse_args():
     checkpoint = None
     if args.resume or args.eval_checkpoint:
         checkpoint = load_checkpoint(args.eval_checkpoint or args.resume)
-        evaluation = {"capture_video": False, "eval_sample": False} if args.eval_checkpoint else {}  # not training's
+        evaluation = {"capture_video": False} if args.eval_checkpoint else {}  # not training's
         saved = {**checkpoint["args"], **evaluation, "resume": args.resume, "eval_checkpoint": args.eval_checkpoint}
         command_line_env = args.env_id
         args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
         if ":" in args.env_id and args.env_id != command_line_env:  # gym.make would import the module before the colon
             fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
-    observations = check_args(args)
-    entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
-    images = [image_shape(entry) for entry in entries if image_shape(entry)]
-    if any(min(image[1:]) >= 36 for image in images) and not checkpoint:  # a Nature CNN: IMAGE_DEFAULTS; flags win
-        args = tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
-        check_args(args, observations)
+    observations = check_env(args, env_kwargs_of(args))  # the env first: what it gives may change the defaults
+    if not checkpoint:  # a resumed run keeps its settings
+        args = env_defaults(args, observations)
+    check_args(args, observations)  # the settings as they will train
     return args, checkpoint
 
 
@@ -1054,7 +1068,8 @@ def open_run_folder(args, checkpoint):
 
 
 def evaluate(args, checkpoint):
-    """Run the saved agent deterministically (the policy mean) with frozen normalization statistics."""
+    """Run the saved agent, deterministically (the policy mean) or sampling (--eval-sample, on for images), with
+    frozen normalization statistics."""
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, args.seed, film_first=args.eval_episodes)

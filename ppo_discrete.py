@@ -46,16 +46,16 @@ from torch.utils.tensorboard import SummaryWriter
 @dataclass
 class Args:
     """PPO for Discrete, MultiDiscrete and MultiBinary actions (a categorical per part) and the env's invalid-action
-    masks: `python ppo_discrete.py --env-id CartPole-v1`, then `tensorboard --logdir runs`; each
-    run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Images (uint8, (H, W), (C, H, W) or
-    (H, W, C)) of 36 x 36 or more go to a Nature CNN, and flags not given take IMAGE_DEFAULTS, CleanRL's for Atari:
-    total-timesteps 10000000, learning-rate 2.5e-4, gae-lambda 0.95, num-minibatches 4, update-epochs 4, ent-coef
-    0.01, vf-coef 0.5, max-grad-norm 0.5; Atari (Pong-v5 on EnvPool, ALE/Pong-v5) is preprocessed as is standard,
-    and training ends an episode at a lost life and clips rewards. Smaller ones (MiniGrid's 7 x 7 view) go to a grid
-    CNN and keep the defaults below (they learn MiniGrid). A Dict with images (MiniGrid's as it comes): a CNN each,
-    the other entries beside them (a text mission left out), the defaults by the same rule. CleanRL's ppo.py
-    settings (the defaults came from a benchmarks/tune.py study): --learning-rate 2.5e-4 --num-envs 4 --gae-lambda
-    0.95 --num-minibatches 4 --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5"""
+    masks: `python ppo_discrete.py --env-id CartPole-v1`, then `tensorboard --logdir runs`; each run's events and
+    checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Images (uint8, (H, W), (C, H, W) or (H, W, C)) of 36 x 36
+    or more go to a Nature CNN, and flags not given take IMAGE_DEFAULTS, CleanRL's for Atari: total-timesteps 10000000,
+    learning-rate 2.5e-4, gae-lambda 0.95, num-minibatches 4, update-epochs 4, ent-coef 0.01, vf-coef 0.5, max-grad-norm
+    0.5, eval-sample; Atari (Pong-v5 on EnvPool, ALE/Pong-v5) is preprocessed as is standard, and training ends an
+    episode at a lost life and clips rewards. Smaller ones (MiniGrid's 7 x 7 view) go to a grid CNN and keep the
+    defaults below (they learn MiniGrid). A Dict with images (MiniGrid's as it comes): a CNN each, the other entries
+    beside them (a text mission left out), the defaults by the same rule. CleanRL's ppo.py settings (the defaults came
+    from a benchmarks/tune.py study): --learning-rate 2.5e-4 --num-envs 4 --gae-lambda 0.95 --num-minibatches 4
+    --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5"""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -119,6 +119,8 @@ class Args:
     """the width of the two hidden layers of the actor and of the critic (a Nature CNN alone: linear heads on 512)"""
     action_mask: bool = True
     """if toggled, respect the env's invalid-action masks (README: "Multi-part actions and masks"); off: ignore them"""
+    norm_reward: bool = False
+    """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10] (on with memory)"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
     """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; 2-6x slower (README: Memory)"""
 
@@ -133,11 +135,29 @@ class Args:
     eval_max_steps: int = 100000
     """an evaluation episode that has not ended after this many steps is cut there (for envs without a time limit)"""
     eval_sample: bool = False
-    """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically"""
+    """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically
+    (on for images, IMAGE_DEFAULTS: a deterministic Atari or CarRacing policy can repeat one failing play)"""
 
 
 IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
-                  "update_epochs": 4, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5}  # CleanRL's for Atari
+                  "update_epochs": 4, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5,
+                  "eval_sample": True}  # CleanRL's for Atari (it evaluates by sampling too)
+
+
+MEMORY_DEFAULTS = {"norm_reward": True, "num_minibatches": 4}  # --recurrent on vectors: learns CartPoleNoVel-v1
+
+
+def env_defaults(args, observations):
+    """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) take IMAGE_DEFAULTS, a memory
+    on other observations MEMORY_DEFAULTS (the command line parsed again over them: flags given still win). Applied
+    before the arguments are checked."""
+    entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
+    images = [image_shape(entry) for entry in entries if image_shape(entry)]
+    if any(min(image[1:]) >= 36 for image in images):
+        return tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
+    if args.recurrent != "none":
+        return tyro.cli(Args, default=Args(**MEMORY_DEFAULTS))
+    return args
 
 
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None, frames=4):
@@ -200,9 +220,10 @@ class AtariTraining(gym.vector.VectorWrapper):
 
     def step(self, actions):
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        life_lost = infos["lives"] < self.lives  # the next step is dropped from the update, as after an autoreset
+        # a life lost while the game goes on: the engine does not reset, so the next row is a real step (trained)
+        infos["life_lost"] = (infos["lives"] < self.lives) & ~terminations & ~truncations
         self.lives = np.array(infos["lives"])
-        return obs, np.sign(rewards), terminations | life_lost, truncations, infos
+        return obs, np.sign(rewards), terminations | infos["life_lost"], truncations, infos
 
 
 def action_mask(infos, num_actions, ignored):
@@ -433,6 +454,48 @@ class Agent(nn.Module):
         return self.log_probs(hidden, mask).argmax(dim=-1)
 
 
+class RunningMeanStd:
+    """Mean and variance of everything seen so far, updated batch by batch (Chan et al.'s parallel formula)."""
+
+    def __init__(self, shape=()):
+        self.mean = np.zeros(shape, np.float64)
+        self.var = np.ones(shape, np.float64)
+        self.count = 1e-4
+
+    def update(self, batch):
+        batch_mean, batch_var, batch_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
+        delta = batch_mean - self.mean
+        total = self.count + batch_count
+        self.mean = self.mean + delta * batch_count / total
+        self.var = (self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total)
+        self.var /= total
+        self.count = total
+
+    def state_dict(self):
+        return {"mean": torch.tensor(self.mean), "var": torch.tensor(self.var), "count": float(self.count)}
+
+    def load_state_dict(self, state):
+        self.mean, self.var, self.count = state["mean"].numpy().copy(), state["var"].numpy().copy(), state["count"]
+
+
+class RewardScaler:
+    """Continuous details 8 and 9, here for memory (--norm-reward): divide rewards by the running std of the discounted
+    return (no mean subtracted), then clip. Each sub-env's discounted return restarts at every episode end."""
+
+    def __init__(self, num_envs, gamma):
+        self.return_rms = RunningMeanStd()
+        self.discounted_return = np.zeros(num_envs, np.float64)
+        self.gamma = gamma
+
+    def scale(self, reward, real, done):
+        """reward, real (the step is a transition, not an autoreset), done (the step ended an episode): [num_envs]."""
+        self.discounted_return = self.discounted_return * self.gamma + reward
+        if real.any():
+            self.return_rms.update(self.discounted_return[real])
+        self.discounted_return[done] = 0.0
+        return np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -10.0, 10.0)
+
+
 def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
     """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout, each column (sub-env) its own
     sequence. values[t] is V(obs[t]); next_values[t] is V of the observation after step t, which under NEXT_STEP
@@ -522,6 +585,9 @@ def train(args, checkpoint=None):
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
     state = {"model": agent, "optimizer": optimizer}
+    reward_scaler = RewardScaler(args.num_envs, args.gamma)
+    if args.norm_reward:
+        state["return_rms"] = reward_scaler.return_rms
 
     # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
     obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape,
@@ -534,9 +600,9 @@ def train(args, checkpoint=None):
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
         next_obs, infos = envs.reset(seed=seed)
-        next_done = np.zeros(args.num_envs, dtype=np.float32)
+        next_reset = np.zeros(args.num_envs, dtype=np.float32)  # the engine reset no sub-env before the first step
         masked = args.action_mask and "action_mask" in infos  # detail: invalid-action masking (see ActionMasks)
-        next_mask = action_mask(infos, sum(agent.parts), next_done)
+        next_mask = action_mask(infos, sum(agent.parts), next_reset)
         state = agent.initial_state(args.num_envs)  # memory's state (--recurrent), carried from step to step
         for iteration in range(start_iteration, num_iterations + 1):
             optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
@@ -548,7 +614,7 @@ def train(args, checkpoint=None):
                 obs[step] = next_obs
                 # NEXT_STEP autoreset: the step after an episode ended only resets that sub-env (action ignored,
                 # reward 0). It is not a real transition, so it gets valid = 0 and no weight in the update.
-                valid[step] = 1.0 - next_done
+                valid[step] = 1.0 - next_reset
                 masks[step] = next_mask  # kept: the update scores each action under the mask it was chosen under
                 with torch.no_grad():
                     mask = torch.from_numpy(masks[step]).to(device) if masked else None
@@ -561,7 +627,11 @@ def train(args, checkpoint=None):
 
                 next_obs, reward, terminated, truncated, infos = envs.step(env_actions(envs, actions[step]))
                 next_done = np.logical_or(terminated, truncated).astype(np.float32)
-                next_mask = action_mask(infos, sum(agent.parts), next_done)
+                # the engine resets where an episode ended, except at Atari's lost life (AtariTraining): no reset
+                next_reset = next_done * (1.0 - infos["life_lost"]) if "life_lost" in infos else next_done
+                next_mask = action_mask(infos, sum(agent.parts), next_reset)
+                if args.norm_reward:
+                    reward = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
                 rewards[step] = reward
                 terminations[step] = terminated
                 dones[step] = next_done
@@ -637,18 +707,23 @@ def first_line(error):
     return (str(error).splitlines() or [type(error).__name__])[0]
 
 
-def check_args(args, observations=None):
-    for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
-        if isinstance(value, float) and not math.isfinite(value):
-            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+def env_kwargs_of(args):
+    """--env-kwargs as a dict (one line says what is wrong with it)."""
     try:
         env_kwargs = json.loads(args.env_kwargs)
     except json.JSONDecodeError as e:
         fail(f"--env-kwargs is not valid JSON ({e}): {args.env_kwargs}")
     if not isinstance(env_kwargs, dict):
         fail(f"--env-kwargs must be a JSON object such as '{{\"is_slippery\": false}}', got {args.env_kwargs}")
+    return env_kwargs
+
+
+def check_args(args, observations=None):
+    for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     if observations is None:  # the env's own problems are named before any complaint about sizes
-        observations = check_env(args, env_kwargs)
+        observations = check_env(args, env_kwargs_of(args))
     for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes",
                  "eval_max_steps", "hidden_size", "learning_rate", "clip_coef", "max_grad_norm"):
         if getattr(args, name) <= 0:
@@ -786,18 +861,16 @@ def parse_args():
     checkpoint = None
     if args.resume or args.eval_checkpoint:
         checkpoint = load_checkpoint(args.eval_checkpoint or args.resume)
-        evaluation = {"capture_video": False, "eval_sample": False} if args.eval_checkpoint else {}  # not training's
+        evaluation = {"capture_video": False} if args.eval_checkpoint else {}  # not training's
         saved = {**checkpoint["args"], **evaluation, "resume": args.resume, "eval_checkpoint": args.eval_checkpoint}
         command_line_env = args.env_id
         args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
         if ":" in args.env_id and args.env_id != command_line_env:  # gym.make would import the module before the colon
             fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
-    observations = check_args(args)
-    entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
-    images = [image_shape(entry) for entry in entries if image_shape(entry)]
-    if any(min(image[1:]) >= 36 for image in images) and not checkpoint:  # a Nature CNN: IMAGE_DEFAULTS; flags win
-        args = tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
-        check_args(args, observations)
+    observations = check_env(args, env_kwargs_of(args))  # the env first: what it gives may change the defaults
+    if not checkpoint:  # a resumed run keeps its settings
+        args = env_defaults(args, observations)
+    check_args(args, observations)  # the settings as they will train
     return args, checkpoint
 
 
@@ -1101,7 +1174,7 @@ def open_run_folder(args, checkpoint):
 
 
 def evaluate(args, checkpoint):
-    """Run the saved agent deterministically (the most probable action)."""
+    """Run the saved agent: the most probable action, or sampled ones (--eval-sample, on for images)."""
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, args.seed, film_first=args.eval_episodes, training=False)

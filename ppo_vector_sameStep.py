@@ -56,11 +56,12 @@ class Args:
     `tensorboard --logdir runs`; each run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/.
 
     Images (uint8, (H, W), (C, H, W) or (H, W, C)) of 36 x 36 or more go to a Nature CNN, unnormalized, and flags not
-    given take IMAGE_DEFAULTS, CleanRL's for Atari: total-timesteps 10000000, learning-rate 2.5e-4, gae-lambda 0.95,
-    num-minibatches 4, update-epochs 4, clip-coef 0.1, ent-coef 0.01, vf-coef 0.5. Atari (ALE/Pong-v5) is
-    preprocessed as is standard; training ends an episode at a lost life and clips rewards; logs keep whole games.
-    Smaller images (MiniGrid's 7 x 7 view) go to a grid CNN with the defaults below. A Dict with images: a CNN each,
-    the other entries beside them, normalized (a text entry left out), the defaults by the same rule."""
+    given take IMAGE_DEFAULTS, CleanRL's Atari update (its 256 steps, unclipped value loss and reward scaling stay):
+    total-timesteps 10000000, learning-rate 2.5e-4, gae-lambda 0.95, num-minibatches 4, update-epochs 4, clip-coef 0.1,
+    ent-coef 0.01, vf-coef 0.5, eval-sample. Atari (ALE/Pong-v5) is preprocessed as is standard; training ends an
+    episode at a lost life and clips rewards; logs keep whole games. Smaller images (MiniGrid's 7 x 7 view) go to a grid
+    CNN with the defaults below. A Dict with images: a CNN each, the other entries beside them, normalized (a text entry
+    left out), the defaults by the same rule."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -144,11 +145,23 @@ class Args:
     eval_max_steps: int = 100000
     """an evaluation episode that has not ended after this many steps is cut there (for envs without a time limit)"""
     eval_sample: bool = False
-    """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically"""
+    """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically
+    (on for images, IMAGE_DEFAULTS: a deterministic Atari or CarRacing policy can repeat one failing play)"""
 
 
 IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
-                  "update_epochs": 4, "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5}  # CleanRL's Atari settings
+                  "update_epochs": 4, "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5,
+                  "eval_sample": True}  # CleanRL's Atari update (it evaluates by sampling too)
+
+
+def env_defaults(args, observations):
+    """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) take IMAGE_DEFAULTS (the
+    command line parsed again over them, so flags given still win). Applied before the arguments are checked."""
+    entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
+    images = [image_shape(entry) for entry in entries if image_shape(entry)]
+    if any(min(image[1:]) >= 36 for image in images):
+        return tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
+    return args
 
 
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None, frames=4):
@@ -211,9 +224,9 @@ class AtariTraining(gym.vector.VectorWrapper):
 
     def step(self, actions):
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        life_lost = infos["lives"] < self.lives  # the next step is dropped from the update, as after an autoreset
+        infos["life_lost"] = (infos["lives"] < self.lives) & ~terminations & ~truncations  # the game goes on: no reset
         self.lives = np.array(infos["lives"])
-        return obs, np.sign(rewards), terminations | life_lost, truncations, infos
+        return obs, np.sign(rewards), terminations | infos["life_lost"], truncations, infos
 
 
 def action_mask(infos, num_envs, num_actions):
@@ -618,8 +631,8 @@ def train(args, checkpoint=None):
     final_states = torch.zeros((args.num_steps,) + agent.initial_state(args.num_envs).shape, device=device)  # memory
     actions = np.zeros((args.num_steps, args.num_envs) + action_shape, dtype=np.int64 if agent.discrete else np.float32)
     masks = np.ones((args.num_steps, args.num_envs, sum(agent.parts)), dtype=bool)  # the valid actions at each step
-    logprobs, rewards, terminations, dones = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-                                              for _ in range(4))
+    logprobs, rewards, terminations, dones, resets = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+                                                      for _ in range(5))
     low, high = (None, None) if agent.discrete else (envs.single_action_space.low, envs.single_action_space.high)
     every_env = np.ones(args.num_envs, dtype=bool)  # under SAME_STEP every step of every sub-env is a real transition
 
@@ -670,11 +683,13 @@ def train(args, checkpoint=None):
                 terminations[step] = terminated
                 dones[step] = next_done
                 # memory: a final observation is valued under the state that reached it; the next episode from zeros
+                # (where the engine reset: Atari's lost life ends a training episode, the game and its memory go on)
+                resets[step] = next_done & ~infos["life_lost"] if "life_lost" in infos else next_done
                 final_states[step] = state
-                state = state * torch.from_numpy(1.0 - dones[step: step + 1].T).to(device)
+                state = state * torch.from_numpy(1.0 - resets[step: step + 1].T).to(device)
 
             # The critic is fixed in the rollout: its values in one batch after it (next_values: see compute_advantages)
-            rollout = torch.from_numpy(obs).to(device), start_state, torch.from_numpy(1.0 - dones).to(device)
+            rollout = torch.from_numpy(obs).to(device), start_state, torch.from_numpy(1.0 - resets).to(device)
             with torch.no_grad():
                 hidden, _ = agent.remember(*rollout)
                 values = agent.critic(hidden).view(args.num_steps, args.num_envs)
@@ -743,18 +758,23 @@ def first_line(error):
     return (str(error).splitlines() or [type(error).__name__])[0]
 
 
-def check_args(args, observations=None):
-    for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
-        if isinstance(value, float) and not math.isfinite(value):
-            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
+def env_kwargs_of(args):
+    """--env-kwargs as a dict (one line says what is wrong with it)."""
     try:
         env_kwargs = json.loads(args.env_kwargs)
     except json.JSONDecodeError as e:
         fail(f"--env-kwargs is not valid JSON ({e}): {args.env_kwargs}")
     if not isinstance(env_kwargs, dict):
         fail(f"--env-kwargs must be a JSON object such as '{{\"continuous\": true}}', got {args.env_kwargs}")
+    return env_kwargs
+
+
+def check_args(args, observations=None):
+    for name, value in asdict(args).items():  # NaN passes every comparison below, so it is refused first
+        if isinstance(value, float) and not math.isfinite(value):
+            fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     if observations is None:  # the env's own problems are named before any complaint about sizes
-        observations = check_env(args, env_kwargs)
+        observations = check_env(args, env_kwargs_of(args))
     for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes",
                  "eval_max_steps", "hidden_size", "learning_rate", "clip_coef", "max_grad_norm", "env_timeout"):
         if getattr(args, name) <= 0:
@@ -882,18 +902,16 @@ def parse_args():
     checkpoint = None
     if args.resume or args.eval_checkpoint:
         checkpoint = load_checkpoint(args.eval_checkpoint or args.resume)
-        evaluation = {"capture_video": False, "eval_sample": False} if args.eval_checkpoint else {}  # not training's
+        evaluation = {"capture_video": False} if args.eval_checkpoint else {}  # not training's
         saved = {**checkpoint["args"], **evaluation, "resume": args.resume, "eval_checkpoint": args.eval_checkpoint}
         command_line_env = args.env_id
         args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
         if ":" in args.env_id and args.env_id != command_line_env:  # gym.make would import the module before the colon
             fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
-    observations = check_args(args)
-    entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
-    images = [image_shape(entry) for entry in entries if image_shape(entry)]
-    if any(min(image[1:]) >= 36 for image in images) and not checkpoint:  # a Nature CNN: IMAGE_DEFAULTS; flags win
-        args = tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
-        check_args(args, observations)
+    observations = check_env(args, env_kwargs_of(args))  # the env first: what it gives may change the defaults
+    if not checkpoint:  # a resumed run keeps its settings
+        args = env_defaults(args, observations)
+    check_args(args, observations)  # the settings as they will train
     return args, checkpoint
 
 
@@ -1244,7 +1262,8 @@ def open_run_folder(args, checkpoint):
 
 
 def evaluate(args, checkpoint):
-    """Run the saved agent deterministically (likeliest action or mean) with frozen normalization statistics."""
+    """Run the saved agent, deterministically (likeliest action or mean) or sampling (--eval-sample, on for images),
+    with frozen normalization statistics."""
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, "sync", film_first=args.eval_episodes, training=False)

@@ -451,13 +451,16 @@ def test_an_env_that_fails_in_evaluation_or_when_closed_gets_one_line(ppo, in_tm
             ppo.main()
 
 
-def test_evaluation_films_every_episode_and_takes_neither_video_nor_sampling_from_training(ppo, in_tmp, capsys, monkeypatch):
-    path = ppo.train(short_args(ppo, total_timesteps=512, capture_video=True))
+def test_evaluation_films_every_episode_takes_no_video_from_training_and_keeps_its_sampling(ppo, in_tmp, capsys, monkeypatch):
+    path = ppo.train(short_args(ppo, total_timesteps=512, capture_video=True, eval_sample=True))  # as images train
     assert f"videos of env 0 go to videos/{os.path.basename(os.path.dirname(path))}" in capsys.readouterr().out
     monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--eval-checkpoint", path, "--eval-episodes", "3"])
     args, checkpoint = ppo.parse_args()
-    assert not args.capture_video and not args.eval_sample  # the training run filmed; its evaluation need not
-    monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--eval-checkpoint", path, "--eval-episodes", "3", "--capture-video"])
+    assert not args.capture_video and args.eval_sample  # the training run filmed, its evaluation need not; it samples
+    monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--eval-checkpoint", path, "--no-eval-sample"])
+    assert not ppo.parse_args()[0].eval_sample
+    monkeypatch.setattr(sys, "argv", [f"{ppo.__name__}.py", "--eval-checkpoint", path, "--eval-episodes", "3", "--capture-video",
+                                      "--no-eval-sample"])
     capsys.readouterr()
     ppo.evaluate(*ppo.parse_args())
     output = capsys.readouterr().out

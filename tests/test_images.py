@@ -125,9 +125,13 @@ def test_images_take_the_image_defaults_and_flags_given_still_win(ppo, monkeypat
     monkeypatch.setattr(sys, "argv", [ppo.SCRIPT, "--env-id", image_env, "--update-epochs", "2"])
     args, _ = ppo.parse_args()
     assert (args.learning_rate, args.num_minibatches, args.update_epochs, args.ent_coef) == (2.5e-4, 4, 2, 0.01)
+    assert args.eval_sample  # issue 69: a deterministic image policy can repeat one failing play
     assert args.total_timesteps == ppo.IMAGE_DEFAULTS.get("total_timesteps", ppo.Args.total_timesteps)
     monkeypatch.setattr(sys, "argv", [ppo.SCRIPT, "--env-id", vector_env])
     assert ppo.parse_args()[0] == ppo.Args(env_id=vector_env)  # vectors: the defaults as they were
+    # checked as they will train (issue 69): a batch of 100 splits into the image default's 4 minibatches, not 8 or 32
+    monkeypatch.setattr(sys, "argv", [ppo.SCRIPT, "--env-id", image_env, "--num-envs", "1", "--num-steps", "100"])
+    assert ppo.parse_args()[0].num_minibatches == 4
 
 
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
@@ -166,6 +170,45 @@ def test_atari_training_ends_episodes_at_a_lost_life_and_clips_rewards_but_logs_
             episodes.append((infos["episode"]["r"][0], infos["episode"]["l"][0]))
     assert terminated_at == [4, 8, 12]  # each lost life, the last one the game's end
     assert episodes == [(60.0, 12)]  # one whole game, its raw score
+
+
+@pytest.mark.parametrize("ppo", [ppo_discrete, ppo_vector_sameStep], ids=lambda module: module.__name__)
+def test_the_row_after_a_lost_life_is_trained_and_memory_goes_on_through_it(ppo, in_tmp, monkeypatch):
+    """Issue 69: a lost life ends a training episode (GAE stops there, no bootstrap) but the engine does not reset, so
+    the next row is the new life's first step, a real one. Only a game's end resets: NEXT_STEP drops the autoreset row
+    after it, and memory starts from zeros at each game's first row, and only there."""
+    same_step = ppo is ppo_vector_sameStep
+    make_envs = ppo.make_envs
+
+    def atari_make_envs(args, num_envs, *rest, training=True):  # the script's wrappers, AtariTraining as for Atari
+        envs = make_envs(args, num_envs, *rest, training=False)
+        envs.env = ppo.AtariTraining(envs.env) if training else envs.env
+        return envs
+
+    monkeypatch.setattr(ppo, "make_envs", atari_make_envs)
+    rows, zero = [], []
+    compute_advantages = ppo.compute_advantages
+    monkeypatch.setattr(ppo, "compute_advantages", lambda rewards, values, next_values, terminations, dones, *rest:
+                        rows.append(dones.copy()) or
+                        compute_advantages(rewards, values, next_values, terminations, dones, *rest))
+    if not same_step:
+        real_transitions = ppo.real_transitions
+        monkeypatch.setattr(ppo, "real_transitions", lambda valid, *rollout: rows.append(valid.copy()) or
+                            real_transitions(valid, *rollout))
+    remember = ppo.Agent.remember
+
+    def spy(agent, x, state, keep=None):
+        if x.shape[0] == 1:  # a row of the rollout (or next_obs): is the state entering it zero?
+            zero.append(bool((state == 0).all()))
+        return remember(agent, x, state, keep)
+
+    monkeypatch.setattr(ppo.Agent, "remember", spy)
+    ppo.train(side_args(ppo, env_id="test/Lives-v0", num_envs=1, num_steps=52, total_timesteps=52, recurrent="lstm"))
+    game = 12 if same_step else 13  # a game: 12 steps, 3 lives lost at steps 4, 8 and 12; NEXT_STEP's autoreset row
+    np.testing.assert_array_equal(rows[0][:, 0], [float(row % game in (3, 7, 11)) for row in range(52)])
+    if not same_step:
+        np.testing.assert_array_equal(rows[1][:, 0], [float(row % game != 12) for row in range(52)])
+    assert zero[:52] == [row % game == 0 for row in range(52)]  # the rollout's rows (then next_obs)
 
 
 def test_atari_statistics_restart_at_a_truncation():
@@ -220,10 +263,11 @@ def test_an_ale_game_trains_through_lost_lives(ppo, in_tmp, monkeypatch):
 
 
 @needs_envpool
-def test_envpool_atari_drops_the_row_after_each_end_and_logs_whole_games_with_raw_scores(in_tmp, monkeypatch):
+def test_envpool_atari_drops_the_row_after_a_game_over_only_and_logs_whole_games_with_raw_scores(in_tmp, monkeypatch):
     """CleanRL's EnvPool scripts let the dummy step after an autoreset into GAE and the loss (their issues #475 and
-    #562). Here every row after an episode end, a lost life or a game over, is dropped from the update."""
-    rows, returns = [], []
+    #562). Here the row after a game over (EnvPool resets there) is dropped from the update; the row after a lost
+    life, a real step of the game that goes on (issue 69), is trained."""
+    rows, returns, lives = [], [], []
     real_transitions = ppo_discrete.real_transitions
     monkeypatch.setattr(ppo_discrete, "real_transitions", lambda valid, *rollout: rows.append(valid.copy()) or
                         real_transitions(valid, *rollout))
@@ -234,10 +278,16 @@ def test_envpool_atari_drops_the_row_after_each_end_and_logs_whole_games_with_ra
     log_episode = ppo_discrete.Run.log_episode
     monkeypatch.setattr(ppo_discrete.Run, "log_episode", lambda run, r, length, step: returns.append(float(r)) or
                         log_episode(run, r, length, step))
+    step = ppo_discrete.AtariTraining.step
+    monkeypatch.setattr(ppo_discrete.AtariTraining, "step", lambda envs, actions: (lambda result: lives.append(
+        np.array(result[-1]["lives"])) or result)(step(envs, actions)))  # the engine's lives after each step
     ppo_discrete.train(ppo_discrete.Args(env_id="Breakout-v5", env_backend="envpool", num_envs=4, num_steps=256,
                                          num_minibatches=4, update_epochs=1, total_timesteps=1024, cuda=False))
-    for (rewards, dones), valid in zip(rows[0::2], rows[1::2]):
-        np.testing.assert_array_equal(valid[1:], 1.0 - dones[:-1])
+    game_over = np.reshape(lives, (-1, 256, 4)) == 0  # [iteration, step, sub-env]: the engine resets after these
+    lives_lost = 0
+    for (rewards, dones), valid, over in zip(rows[0::2], rows[1::2], game_over):
+        np.testing.assert_array_equal(valid[1:], 1.0 - over[:-1])
         assert set(np.unique(rewards)) <= {0.0, 1.0}  # clipped to their sign for training
-    lives_lost = sum(int(dones.sum()) for _, dones in rows[0::2])
-    assert returns and lives_lost > len(returns)  # more ends in training than whole games in the log
+        assert np.all(dones[over] == 1.0)
+        lives_lost += int(dones[~over].sum())
+    assert returns and lives_lost > len(returns)  # lives lost while the game went on: more than whole games logged

@@ -80,3 +80,34 @@ def test_help_ends_with_the_flags_that_give_cleanrls_settings():
                "vf_coef": 0.5, "max_grad_norm": 0.5, "anneal_lr": True, "norm_adv": True, "hidden_size": 64}
     assert asdict(tyro.cli(ppo.Args, args=flags.split())) == {**asdict(ppo.Args()), **cleanrl}
     assert {key: value for key, value in asdict(ppo.Args()).items() if key in cleanrl} != cleanrl
+
+
+def test_memory_on_vectors_takes_reward_scaling_and_four_minibatches_unless_flags_say_otherwise(monkeypatch):
+    monkeypatch.setattr("sys.argv", ["ppo_discrete.py", "--recurrent", "lstm"])
+    args, _ = ppo.parse_args()
+    assert (args.norm_reward, args.num_minibatches) == (True, 4) and ppo.MEMORY_DEFAULTS == {"norm_reward": True,
+                                                                                            "num_minibatches": 4}
+    monkeypatch.setattr("sys.argv", ["ppo_discrete.py", "--recurrent", "gru", "--no-norm-reward", "--num-minibatches", "8"])
+    args, _ = ppo.parse_args()
+    assert (args.recurrent, args.norm_reward, args.num_minibatches) == ("gru", False, 8)
+    monkeypatch.setattr("sys.argv", ["ppo_discrete.py"])
+    assert ppo.parse_args()[0] == ppo.Args()  # without memory: the defaults as they were
+
+
+def test_reward_scaling_divides_the_rollout_rewards_and_its_statistics_resume(in_tmp, monkeypatch):
+    """--norm-reward: CartPole's rewards of 1 reach GAE divided by the running std of the discounted return (an
+    autoreset row's 0 stays 0); the statistics are in the checkpoint, and a resumed run goes on from them."""
+    seen = []
+    compute_advantages = ppo.compute_advantages
+    monkeypatch.setattr(ppo, "compute_advantages", lambda rewards, *rest: seen.append(rewards.copy()) or
+                        compute_advantages(rewards, *rest))
+    path = ppo.train(short_args(ppo, norm_reward=True))
+    statistics = ppo.load_checkpoint(path)["return_rms"]
+    std = (statistics["var"].item() + 1e-8) ** 0.5
+    last_row = seen[-1][-1]  # scaled by the statistics as the run ends
+    assert std > 2 and np.allclose(last_row[last_row != 0], 1 / std) and (seen[0] < 1).any()
+    monkeypatch.setattr("sys.argv", ["ppo_discrete.py", "--resume", path, "--total-timesteps", "1536"])
+    ppo.main()
+    (path,) = glob.glob("runs/*/checkpoint.pt")
+    resumed = ppo.load_checkpoint(path)["return_rms"]
+    assert statistics["count"] + 400 < resumed["count"] <= statistics["count"] + 512  # one more iteration's real rows
