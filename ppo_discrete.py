@@ -643,9 +643,11 @@ def train(args, checkpoint=None):
             # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row. With memory, under
             # the state that reached each row: a truncated episode's final observation under its episode's state.
             rollout = torch.from_numpy(obs).to(device), start_state, torch.from_numpy(valid).to(device)
-            with torch.no_grad():
-                hidden, _ = agent.remember(*rollout)
-                values = agent.critic(hidden).view(args.num_steps, args.num_envs)
+            values = torch.zeros((args.num_steps, args.num_envs), device=device)
+            with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
+                for group in torch.arange(args.num_envs).tensor_split(min(args.num_minibatches, args.num_envs)):
+                    hidden, _ = agent.remember(rollout[0][:, group], start_state[group], rollout[2][:, group])
+                    values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
                 hidden, _ = agent.remember(torch.from_numpy(next_obs[None].astype(obs.dtype)).to(device), state)
                 next_value = agent.critic(hidden).view(1, -1)
             next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()

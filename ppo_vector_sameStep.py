@@ -690,14 +690,18 @@ def train(args, checkpoint=None):
 
             # The critic is fixed in the rollout: its values in one batch after it (next_values: see compute_advantages)
             rollout = torch.from_numpy(obs).to(device), start_state, torch.from_numpy(1.0 - resets).to(device)
-            with torch.no_grad():
-                hidden, _ = agent.remember(*rollout)
-                values = agent.critic(hidden).view(args.num_steps, args.num_envs)
+            finals = torch.from_numpy(final_obs).to(device)
+            values, final_values = (torch.zeros((args.num_steps, args.num_envs), device=device) for _ in range(2))
+            with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
+                for group in torch.arange(args.num_envs).tensor_split(min(args.num_minibatches, args.num_envs)):
+                    hidden, _ = agent.remember(rollout[0][:, group], start_state[group], rollout[2][:, group])
+                    values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
+                    # each final observation alone (one row each), under the state that reached it
+                    hidden, _ = agent.remember(finals[:, group].reshape((1, -1) + obs_shape),
+                                               final_states[:, group].flatten(0, 1))
+                    final_values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
                 hidden, _ = agent.remember(torch.from_numpy(next_obs[None]).to(device), state)
                 next_value = agent.critic(hidden).view(1, args.num_envs)
-                flat_final_obs = torch.from_numpy(final_obs.reshape((1, -1) + obs_shape)).to(device)  # one row each
-                hidden, _ = agent.remember(flat_final_obs, final_states.flatten(0, 1))
-                final_values = agent.critic(hidden).view(args.num_steps, -1)
             values, following = values.cpu().numpy(), torch.cat([values[1:], next_value]).cpu().numpy()
             next_values = np.where(dones > 0, final_values.cpu().numpy(), following)
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
