@@ -122,7 +122,8 @@ class Args:
     norm_reward: bool = False
     """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10] (on with memory)"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
-    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; 2-6x slower (README: Memory)"""
+    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; on vectors flags not given
+    take MEMORY_DEFAULTS (reward scaling, 4 minibatches); 3x slower on CartPole-v1 (README: Memory)"""
 
     checkpoint_interval: int = 25
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
