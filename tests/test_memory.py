@@ -182,8 +182,9 @@ def test_a_truncation_bootstraps_its_final_observation_under_the_state_that_reac
     seen, remember = {}, ppo.Agent.remember
 
     def spy(agent, x, state, keep=None):
-        if x.shape[0] > 1 and "agent" not in seen:  # the first values' pass: the whole rollout from its start states
-            seen.update(agent=copy.deepcopy(agent), x=x.clone(), start=state.clone(), keep=keep.clone())
+        if x.shape[0] > 1 and "gae" not in seen:  # the first values' pass, a group of sub-envs at a time, before GAE
+            seen.setdefault("agent", copy.deepcopy(agent))
+            seen.setdefault("groups", []).append((x.clone(), state.clone(), keep.clone()))
         return remember(agent, x, state, keep)
 
     compute_advantages = ppo.compute_advantages
@@ -193,10 +194,11 @@ def test_a_truncation_bootstraps_its_final_observation_under_the_state_that_reac
     args = short_args(ppo, env_id=env_id(ppo, "CountingTruncated"), recurrent="lstm", total_timesteps=512,
                       num_steps=128, **({} if ppo is ppo_discrete else {"norm_obs": False, "norm_reward": False}))
     ppo.train(args)
-    agent, x, keep = seen["agent"], seen["x"], seen["keep"]
+    agent, (xs, starts, keeps) = seen["agent"], zip(*seen["groups"])  # the groups, in the order of the sub-envs
+    x, start, keep = torch.cat(xs, dim=1), torch.cat(starts), torch.cat(keeps, dim=1)
     rewards, values, next_values, terminations, dones = seen["gae"]
     with torch.no_grad():
-        outputs, states = step_by_step(agent, x, seen["start"], keep)
+        outputs, states = step_by_step(agent, x, start, keep)
         expected = agent.critic(outputs).squeeze(-1).numpy()
         np.testing.assert_allclose(values, expected, rtol=0, atol=1e-5)
         ended = np.argwhere(dones[:-1] > 0)
