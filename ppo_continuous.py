@@ -700,7 +700,6 @@ def check_args(args, observations=None):
     ]:
         if not ok:
             fail(message)
-    return observations
 
 
 def check_env(args, env_kwargs):
