@@ -580,8 +580,12 @@ def train(args, checkpoint=None):
 
     seed = args.seed + start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
-    image = image_shape(envs.single_observation_space) is not None or isinstance(envs.single_observation_space, Packed)
-    torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)  # a CNN gains from every core, an MLP does not
+    space = envs.single_observation_space
+    image = image_shape(space) is not None or isinstance(space, Packed)
+    images = [image_shape(entry) for entry in space.images] if isinstance(space, Packed) else [image_shape(space)]
+    nature = any(shape and min(shape[1:]) >= 36 for shape in images)  # the Nature CNN's images, not a grid's
+    # the Nature CNN gains from every core; an MLP or the grid CNN does not, and extra threads slow it on a busy machine
+    torch.set_num_threads(len(os.sched_getaffinity(0)) if nature else 1)
     agent = Agent(envs, args.hidden_size, args.recurrent).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.

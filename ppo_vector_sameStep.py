@@ -613,7 +613,10 @@ def train(args, checkpoint=None):
     floats = space.floats if isinstance(space, Packed) else None  # a Dict's float entries, normalized without images
     image = image_shape(space) is not None or floats is not None
     norm_obs = args.norm_obs and not image_shape(space)  # continuous detail 6 is for vectors: images are scaled by CNNs
-    torch.set_num_threads(len(os.sched_getaffinity(0)) if image else 1)  # a CNN gains from every core, an MLP does not
+    images = [image_shape(entry) for entry in space.images] if floats is not None else [image_shape(space)]
+    nature = any(shape and min(shape[1:]) >= 36 for shape in images)  # the Nature CNN's images, not a grid's
+    # the Nature CNN gains from every core; an MLP or the grid CNN does not, and extra threads slow it on a busy machine
+    torch.set_num_threads(len(os.sched_getaffinity(0)) if nature else 1)
     args.gae_lambda = gae_lambda_for(envs.single_action_space, args.gae_lambda)  # kept by checkpoints from here on
     agent = Agent(envs, args.hidden_size, args.init_log_std, args.recurrent).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5

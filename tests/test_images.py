@@ -74,6 +74,7 @@ class LivesEnv(gym.Env):
 
 for suffix, box in (("", False), ("Box", True)):
     gym.register(f"test/Side{suffix}-v0", entry_point=SideEnv, kwargs={"box_actions": box})
+    gym.register(f"test/SideGrid{suffix}-v0", entry_point=SideEnv, kwargs={"box_actions": box, "shape": (8, 8, 3)})
 gym.register("test/SideChannelsFirst-v0", entry_point=SideEnv, kwargs={"shape": (3, 36, 36)})
 gym.register("test/Lives-v0", entry_point=LivesEnv)
 gym.register("test/LivesCut-v0", entry_point=LivesEnv, max_episode_steps=6)
@@ -132,6 +133,18 @@ def test_images_take_the_image_defaults_and_flags_given_still_win(ppo, monkeypat
     # checked as they will train (issue 69): a batch of 100 splits into the image default's 4 minibatches, not 8 or 32
     monkeypatch.setattr(sys, "argv", [ppo.SCRIPT, "--env-id", image_env, "--num-envs", "1", "--num-steps", "100"])
     assert ppo.parse_args()[0].num_minibatches == 4
+
+
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_only_the_nature_cnn_takes_every_core(ppo, in_tmp, monkeypatch):
+    """A grid CNN (MiniGrid's 7 x 7) gains nothing from a second thread and on a busy machine runs ~8x slower."""
+    threads = []
+    monkeypatch.setattr(ppo.os, "sched_getaffinity", lambda pid: {0, 1, 2})
+    monkeypatch.setattr(torch, "set_num_threads", threads.append)
+    nature, vector = side_args(ppo).env_id, "CartPole-v1" if ppo is ppo_discrete else "Pendulum-v1"
+    for env_id, expected in ((nature.replace("Side", "SideGrid"), 1), (nature, 3), (vector, 1)):
+        ppo.train(side_args(ppo, env_id=env_id, total_timesteps=128))
+        assert threads[-1] == expected, env_id
 
 
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
