@@ -141,7 +141,8 @@ def test_only_the_nature_cnn_takes_every_core(ppo, in_tmp, monkeypatch):
     threads = []
     monkeypatch.setattr(ppo.os, "sched_getaffinity", lambda pid: {0, 1, 2})
     monkeypatch.setattr(torch, "set_num_threads", threads.append)
-    nature, vector = side_args(ppo).env_id, "CartPole-v1" if ppo is ppo_discrete else "Pendulum-v1"
+    nature = side_args(ppo).env_id
+    vector = "CartPole-v1" if ppo is ppo_discrete else "Pendulum-v1"
     for env_id, expected in ((nature.replace("Side", "SideGrid"), 1), (nature, 3), (vector, 1)):
         ppo.train(side_args(ppo, env_id=env_id, total_timesteps=128))
         assert threads[-1] == expected, env_id
