@@ -146,8 +146,7 @@ def env_defaults(args, observations):
     """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) take IMAGE_DEFAULTS (the
     command line parsed again over them, so flags given still win). Applied before the arguments are checked."""
     entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
-    images = [image_shape(entry) for entry in entries if image_shape(entry)]
-    if any(min(image[1:]) >= 36 for image in images):
+    if any(nature_sized(entry) for entry in entries):
         return tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
     return args
 
@@ -197,6 +196,12 @@ def image_shape(space):
         return None
     image = (1, *shape) if len(shape) == 2 else shape if shape[0] <= shape[-1] else (shape[-1], *shape[:2])
     return image if min(image[1:]) >= 7 else None
+
+
+def nature_sized(space):
+    """An image for the Nature CNN: 36 x 36 or more (Atari's 84 x 84); smaller ones (MiniGrid's 7 x 7) go to GridCNN."""
+    image = image_shape(space)
+    return image is not None and min(image[1:]) >= 36
 
 
 def is_text(key, space):
@@ -288,8 +293,8 @@ class DictEncoder(nn.Module):
     def __init__(self, space):
         super().__init__()
         self.floats, self.shapes = space.floats, [image.shape for image in space.images]
-        shapes = [image_shape(image) for image in space.images]  # (channels, height, width)
-        self.cnns = nn.ModuleList(NatureCNN(*shape) if min(shape[1:]) >= 36 else GridCNN(*shape) for shape in shapes)
+        cnns = [NatureCNN if nature_sized(image) else GridCNN for image in space.images]
+        self.cnns = nn.ModuleList(cnn(*image_shape(image)) for cnn, image in zip(cnns, space.images))
         self.features = self.floats + sum(cnn.features for cnn in self.cnns)
 
     def forward(self, x):
@@ -309,11 +314,11 @@ class Agent(nn.Module):
         # continuous detail 2: a state-independent log standard deviation, a learned parameter
         self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
         image = image_shape(space)
-        nature = image and min(image[1:]) >= 36
-        # a Dict with images, or a small grid: an encoder shared by the MLPs below; vectors go to them as they are
-        self.encoder = DictEncoder(space) if isinstance(space, Packed) else GridCNN(*image) if image else None
+        nature = nature_sized(space)
         if nature:  # Atari details: one Nature CNN shared by actor and critic, a linear head each (after memory)
             self.encoder = NatureCNN(*image)
+        else:  # a Dict with images, or a small grid: an encoder for the MLPs below (vectors go to them as they are)
+            self.encoder = DictEncoder(space) if isinstance(space, Packed) else GridCNN(*image) if image else None
         obs_dim = self.encoder.features if self.encoder else int(np.prod(space.shape))
         # memory (--recurrent): an LSTM or GRU layer after the encoder, for both heads (128 units after a Nature CNN)
         layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[recurrent]
@@ -535,8 +540,7 @@ def train(args, checkpoint=None):
     floats = space.floats if isinstance(space, Packed) else None  # a Dict's float entries, normalized without images
     image = image_shape(space) is not None or floats is not None
     norm_obs = args.norm_obs and not image_shape(space)  # continuous detail 6 is for vectors: images are scaled by CNNs
-    images = [image_shape(entry) for entry in space.images] if floats is not None else [image_shape(space)]
-    nature = any(shape and min(shape[1:]) >= 36 for shape in images)  # the Nature CNN's images, not a grid's
+    nature = any(nature_sized(entry) for entry in (space.images if isinstance(space, Packed) else [space]))
     # the Nature CNN gains from every core; an MLP or the grid CNN does not, and extra threads slow it on a busy machine
     torch.set_num_threads(len(os.sched_getaffinity(0)) if nature else 1)
     args.gae_lambda = gae_lambda_for(envs.single_action_space, args.gae_lambda)  # kept by checkpoints from here on

@@ -153,8 +153,7 @@ def env_defaults(args, observations):
     on other observations MEMORY_DEFAULTS (the command line parsed again over them: flags given still win). Applied
     before the arguments are checked."""
     entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
-    images = [image_shape(entry) for entry in entries if image_shape(entry)]
-    if any(min(image[1:]) >= 36 for image in images):
+    if any(nature_sized(entry) for entry in entries):
         return tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
     if args.recurrent != "none":
         return tyro.cli(Args, default=Args(**MEMORY_DEFAULTS))
@@ -246,6 +245,12 @@ def image_shape(space):
     return image if min(image[1:]) >= 7 else None
 
 
+def nature_sized(space):
+    """An image for the Nature CNN: 36 x 36 or more (Atari's 84 x 84); smaller ones (MiniGrid's 7 x 7) go to GridCNN."""
+    image = image_shape(space)
+    return image is not None and min(image[1:]) >= 36
+
+
 def is_text(key, space):
     """A text entry (MiniGrid's mission; on EnvPool, its characters' codes): left out of what the networks see."""
     return isinstance(space, gym.spaces.Text) or not flattens(space) or (key == "mission" and space.dtype == np.uint8)
@@ -335,8 +340,8 @@ class DictEncoder(nn.Module):
     def __init__(self, space):
         super().__init__()
         self.floats, self.shapes = space.floats, [image.shape for image in space.images]
-        shapes = [image_shape(image) for image in space.images]  # (channels, height, width)
-        self.cnns = nn.ModuleList(NatureCNN(*shape) if min(shape[1:]) >= 36 else GridCNN(*shape) for shape in shapes)
+        cnns = [NatureCNN if nature_sized(image) else GridCNN for image in space.images]
+        self.cnns = nn.ModuleList(cnn(*image_shape(image)) for cnn, image in zip(cnns, space.images))
         self.features = self.floats + sum(cnn.features for cnn in self.cnns)
 
     def forward(self, x):
@@ -372,11 +377,11 @@ class Agent(nn.Module):
         grid = [start + v if v < n else num_actions for start, n in zip(starts, self.parts) for v in columns]
         self.register_buffer("grid", torch.tensor(grid), persistent=False)  # not in checkpoints: from the space
         image = image_shape(space)
-        nature = image and min(image[1:]) >= 36
-        # a Dict with images, or a small grid: an encoder shared by the MLPs below; vectors go to them as they are
-        self.encoder = DictEncoder(space) if isinstance(space, Packed) else GridCNN(*image) if image else None
+        nature = nature_sized(space)
         if nature:  # Atari details: one Nature CNN shared by actor and critic, a linear head each (after memory)
             self.encoder = NatureCNN(*image)
+        else:  # a Dict with images, or a small grid: an encoder for the MLPs below (vectors go to them as they are)
+            self.encoder = DictEncoder(space) if isinstance(space, Packed) else GridCNN(*image) if image else None
         obs_dim = self.encoder.features if self.encoder else int(np.prod(space.shape))
         # memory (--recurrent): an LSTM or GRU layer after the encoder, for both heads (128 units after a Nature CNN)
         layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[recurrent]
@@ -582,8 +587,7 @@ def train(args, checkpoint=None):
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
     space = envs.single_observation_space
     image = image_shape(space) is not None or isinstance(space, Packed)
-    images = [image_shape(entry) for entry in space.images] if isinstance(space, Packed) else [image_shape(space)]
-    nature = any(shape and min(shape[1:]) >= 36 for shape in images)  # the Nature CNN's images, not a grid's
+    nature = any(nature_sized(entry) for entry in (space.images if isinstance(space, Packed) else [space]))
     # the Nature CNN gains from every core; an MLP or the grid CNN does not, and extra threads slow it on a busy machine
     torch.set_num_threads(len(os.sched_getaffinity(0)) if nature else 1)
     agent = Agent(envs, args.hidden_size, args.recurrent).to(device)

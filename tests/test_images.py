@@ -149,6 +149,22 @@ def test_only_the_nature_cnn_takes_every_core(ppo, in_tmp, monkeypatch):
 
 
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_an_atari_sized_agent_draws_the_first_weights_of_its_nature_cnn_alone(ppo):
+    """The seed gives the Nature CNN the same first weights as a Nature CNN built alone: no other encoder is built
+    (and thrown away) before it, which shifted Atari's random draws and so its results from the same seed."""
+    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    actions = gym.spaces.Box(-1.0, 1.0, (1,), np.float32) if ppo is not ppo_discrete else gym.spaces.Discrete(6)
+    envs = gym.vector.SyncVectorEnv([lambda: SpacesEnv(space, actions)])
+    torch.manual_seed(3)
+    encoder = ppo.Agent(envs).encoder
+    torch.manual_seed(3)
+    alone = ppo.NatureCNN(4, 84, 84)
+    assert isinstance(encoder, ppo.NatureCNN)
+    for name, weight in alone.state_dict().items():
+        assert torch.equal(encoder.state_dict()[name], weight), name
+
+
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
 def test_an_image_run_resumes_to_its_end_and_non_finite_conv_weights_are_refused(ppo, in_tmp, monkeypatch):
     path = ppo.train(side_args(ppo, total_timesteps=128, checkpoint_interval=1))
     monkeypatch.setattr(sys, "argv", [ppo.SCRIPT, "--resume", path, "--total-timesteps", "256"])
