@@ -153,7 +153,7 @@ def test_an_atari_sized_agent_draws_the_first_weights_of_its_nature_cnn_alone(pp
     """The seed gives the Nature CNN the same first weights as a Nature CNN built alone: no other encoder is built
     (and thrown away) before it, which shifted Atari's random draws and so its results from the same seed."""
     space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-    actions = gym.spaces.Box(-1.0, 1.0, (1,), np.float32) if ppo is not ppo_discrete else gym.spaces.Discrete(6)
+    actions = gym.spaces.Discrete(6) if ppo is ppo_discrete else gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
     envs = gym.vector.SyncVectorEnv([lambda: SpacesEnv(space, actions)])
     torch.manual_seed(3)
     encoder = ppo.Agent(envs).encoder
