@@ -133,6 +133,9 @@ class Args:
     """Box actions: the log standard deviation the policy starts with (0: std 1; Humanoid's lie in [-0.4, 0.4])"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
     """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; 2-6x slower (README: Memory)"""
+    sequence_length: int = 0
+    """with memory, the update replays sequences of this many steps (dividing num_steps), each from its first state
+    as the weights of the epoch's start compute it, no gradient through it (faster); 0: each sub-env's whole rollout"""
 
     checkpoint_interval: int = 10
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -554,20 +557,32 @@ def compute_advantages(rewards, values, next_values, terminations, dones, gamma,
     return advantages
 
 
-def minibatches(agent, b_obs, rollout, num_minibatches):
+def minibatches(agent, b_obs, rollout, num_minibatches, sequence_length):
     """Detail 6: a fresh shuffle each epoch, the minibatches together cover the batch. Yields each one's rows and
-    features; with memory, whole sub-envs replayed from their states at the rollout's start (rollout: obs, state,
-    keep)."""
+    features; with memory, sequences of sequence_length steps (0: each sub-env's whole rollout) replayed from their
+    first states (rollout: obs, the state at its start, keep)."""
     if agent.memory is None:
         for mb in torch.randperm(len(b_obs), device=b_obs.device).tensor_split(num_minibatches):
             yield mb, agent.encode(b_obs[mb])  # an image's CNN runs once for both heads (vectors pass as they are)
         return
-    obs, start_state, keep = rollout
-    num_steps, num_envs = keep.shape
-    for envs in torch.randperm(num_envs, device=keep.device).tensor_split(min(num_minibatches, num_envs)):
-        envs = envs.sort().values  # the rows of these sub-envs, in the batch's order (step, then sub-env)
-        hidden, _ = agent.remember(obs[:, envs], start_state[envs], keep[:, envs])
-        yield (torch.arange(num_steps, device=keep.device).unsqueeze(1) * num_envs + envs).flatten(), hidden
+    obs, state, keep = rollout
+    length = sequence_length or len(keep)
+    starts = []  # each sequence's first state under this epoch's weights: the rollout read again up to it, no gradient
+    with torch.no_grad():
+        for step in range(0, len(keep), length):
+            starts.append(state)
+            if step + length < len(keep):
+                _, state = agent.remember(obs[step: step + length], state, keep[step: step + length])
+
+    def cut(x):  # [num_steps, num_envs, ...] as [length, sequences, ...]: sequence k * num_envs + n, sub-env n's k-th
+        return x.unflatten(0, (-1, length)).transpose(0, 1).flatten(1, 2)
+
+    row = cut(torch.arange(keep.numel(), device=keep.device).view_as(keep))  # each row's place in the batch (b_*)
+    obs, keep, starts = cut(obs), cut(keep), torch.cat(starts)
+    for seqs in torch.randperm(len(starts), device=keep.device).tensor_split(min(num_minibatches, len(starts))):
+        seqs = seqs.sort().values  # whole rollouts: the rows in the batch's order (step, then sub-env)
+        hidden, _ = agent.remember(obs[:, seqs], starts[seqs], keep[:, seqs])
+        yield row[:, seqs].flatten(), hidden
 
 
 def ppo_loss(agent, hidden, actions, masks, old_logprobs, advantages, returns, old_values, args):
@@ -723,7 +738,7 @@ def train(args, checkpoint=None):
             # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of whole sub-envs).
             update_stats = []
             for epoch in range(args.update_epochs):
-                for mb, hidden in minibatches(agent, b_obs, rollout, args.num_minibatches):
+                for mb, hidden in minibatches(agent, b_obs, rollout, args.num_minibatches, args.sequence_length):
                     loss, stats = ppo_loss(agent, hidden, b_actions[mb], b_masks[mb] if masked else None,
                                            b_logprobs[mb], b_advantages[mb], b_returns[mb], b_values[mb], args)
                     if not torch.isfinite(loss):
@@ -801,6 +816,8 @@ def check_args(args, observations=None):
                                     "(advantages are normalized per minibatch): lower --num-minibatches"),
         (0 <= args.gamma <= 1 and 0 <= (args.gae_lambda or 0) <= 1, "--gamma and --gae-lambda must lie in [0, 1]"),
         (min(args.vf_coef, args.checkpoint_interval) >= 0, "--vf-coef and --checkpoint-interval must not be negative"),
+        (args.sequence_length >= 0 and args.num_steps % (args.sequence_length or 1) == 0,
+         f"--sequence-length {args.sequence_length} must divide --num-steps {args.num_steps} (0: whole rollouts)"),
         (kl is None or kl > 0, f"--target-kl must be positive (or left out), got {kl}"),
         (args.hidden_size <= 8192, f"--hidden-size {args.hidden_size} would not fit in memory: at most 8192"),
         (not args.track or importlib.util.find_spec("wandb"), "--track needs wandb: pip install wandb"),

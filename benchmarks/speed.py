@@ -84,6 +84,15 @@ CASES = {
         "none": ["ppo_continuous.py", *NO_CHECKPOINTS],
         "lstm": ["ppo_continuous.py", "--recurrent", "lstm", *NO_CHECKPOINTS],
     }),
+    # the memory's update replaying whole rollouts against sequences of 16 steps (--sequence-length)
+    "cartpole-sequences": ("CartPole-v1", {
+        "whole": ["ppo_discrete.py", "--recurrent", "lstm", "--sequence-length", "0", *NO_CHECKPOINTS],
+        "16 steps": ["ppo_discrete.py", "--recurrent", "lstm", "--sequence-length", "16", *NO_CHECKPOINTS],
+    }),
+    "humanoid-sequences": ("Humanoid-v5", {
+        "whole": ["ppo_continuous.py", "--recurrent", "lstm", *NO_CHECKPOINTS],
+        "16 steps": ["ppo_continuous.py", "--recurrent", "lstm", "--sequence-length", "16", *NO_CHECKPOINTS],
+    }),
     # the defaults against CleanRL's settings, both in ppo_continuous.py
     "humanoid-cleanrl": ("Humanoid-v5", {
         "defaults": ["ppo_continuous.py", *NO_CHECKPOINTS],

@@ -149,6 +149,8 @@ FAULTS = [
     Fault("no sub-environments", r"--num-envs must be positive, got 0", ("--num-envs", "0")),
     Fault("zero total steps", r"--total-timesteps must be positive", ("--total-timesteps", "0")),
     Fault("minibatches that do not divide the batch", r"must divide into --num-minibatches 7", ("--num-minibatches", "7")),
+    Fault("sequences that do not divide the rollout", r"--sequence-length 7 must divide --num-steps (128|256) \(0: whole rollouts\)",
+          ("--recurrent", "lstm", "--sequence-length", "7")),
     Fault("fewer steps than one batch", r"--total-timesteps 100 is smaller than one batch", ("--total-timesteps", "100")),
     Fault("minibatches of one row", r"minibatches of 1 row", ("--num-envs", "1", "--num-steps", "256", "--num-minibatches", "256")),
     Fault("gamma above 1", r"--gamma and --gae-lambda must lie in \[0, 1\]", ("--gamma", "1.5")),

@@ -104,6 +104,28 @@ def test_memory_reads_each_sub_env_as_a_cell_step_by_step_and_forgets_at_each_ep
     assert none.memory is None and after.shape == (2, 0) and torch.equal(features, x.flatten(0, 1))
 
 
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_sequences_of_16_steps_start_from_the_state_the_whole_rollout_reaches_under_the_current_weights(ppo):
+    """--sequence-length: each sequence's first state is recomputed at each epoch's start, so under any weights every
+    row's features are those of the whole rollout replayed from its start (episode ends inside sequences and at their
+    edges), under the first weights and under changed ones; the gradient alone stops at a sequence's start."""
+    torch.manual_seed(0)
+    agent = make_agent(ppo, "lstm")
+    obs, start = torch.randn(64, 3, 4), torch.randn(3, agent.initial_state(1).shape[1])
+    keep = (torch.rand(64, 3) > 0.1).float()
+    keep[15, 0] = keep[31, 1] = 0.0  # an episode ending on a sequence's last row
+    for epoch in range(2):
+        with torch.no_grad():
+            rows = [{int(row): feature for mb, hidden in ppo.minibatches(agent, obs.flatten(0, 1), (obs, start, keep),
+                                                                          4, length) for row, feature in zip(mb, hidden)}
+                    for length in (0, 16)]
+        real = int((keep > 0).sum()) if ppo is not ppo_vector_sameStep else keep.numel()
+        assert sorted(rows[0]) == sorted(rows[1]) == list(range(real))
+        torch.testing.assert_close(torch.stack([rows[1][row] for row in range(real)]),
+                                   torch.stack([rows[0][row] for row in range(real)]), rtol=1e-5, atol=1e-6)
+        agent.memory.weight_hh_l0.data += 0.5  # the next epoch's weights
+
+
 def spy_on_memory(ppo, monkeypatch):
     """Records every call of Agent.remember: (x, state in, keep, features, state out)."""
     calls, remember = [], ppo.Agent.remember
@@ -157,17 +179,19 @@ def update_spy(ppo, monkeypatch, first_minibatches):
     monkeypatch.setattr(ppo, "ppo_loss", spy)
 
 
-@pytest.mark.parametrize("recurrent", ["lstm", "gru"])
+@pytest.mark.parametrize("recurrent, sequence_length", [("lstm", 0), ("gru", 0), ("lstm", 16)])
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
-def test_the_update_replays_the_rollout_exactly_with_masks_and_episode_ends(ppo, recurrent, in_tmp, monkeypatch):
+def test_the_update_replays_the_rollout_exactly_with_masks_and_episode_ends(ppo, recurrent, sequence_length, in_tmp,
+                                                                           monkeypatch):
     """The usual recurrent-PPO bug: the update's features differ from the rollout's (a wrong start state, a reset at
     the wrong row), so the first ratio is not 1. Here every update's first minibatch reproduces the rollout's
-    log-probabilities and values (float rounding aside), on short episodes with action masks (categorical)."""
+    log-probabilities and values (float rounding aside), on short episodes with action masks (categorical); whole
+    rollouts, or sequences of 16 steps cut across episodes, each from the state the rollout reached there."""
     first_minibatches = []
     update_spy(ppo, monkeypatch, first_minibatches)
     env = "test/MaskedMultiDiscrete-info-v0" if ppo is not ppo_continuous else "Pendulum-v1"
     ppo.train(short_args(ppo, env_id=env, recurrent=recurrent, num_envs=4, num_steps=64, num_minibatches=2,
-                         update_epochs=2, total_timesteps=768))
+                         update_epochs=2, total_timesteps=768, sequence_length=sequence_length))
     assert len(first_minibatches) == 3
     for logprob, old_logprob, value, old_value in first_minibatches:
         assert len(logprob) >= 100

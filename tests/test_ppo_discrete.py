@@ -82,14 +82,16 @@ def test_help_ends_with_the_flags_that_give_cleanrls_settings():
     assert {key: value for key, value in asdict(ppo.Args()).items() if key in cleanrl} != cleanrl
 
 
-def test_memory_on_vectors_takes_reward_scaling_and_four_minibatches_unless_flags_say_otherwise(monkeypatch):
+def test_memory_on_vectors_takes_reward_scaling_four_minibatches_and_short_sequences_unless_flags_say_otherwise(
+        monkeypatch):
     monkeypatch.setattr("sys.argv", ["ppo_discrete.py", "--recurrent", "lstm"])
     args, _ = ppo.parse_args()
-    assert (args.norm_reward, args.num_minibatches) == (True, 4) and ppo.MEMORY_DEFAULTS == {"norm_reward": True,
-                                                                                            "num_minibatches": 4}
-    monkeypatch.setattr("sys.argv", ["ppo_discrete.py", "--recurrent", "gru", "--no-norm-reward", "--num-minibatches", "8"])
+    assert (args.norm_reward, args.num_minibatches, args.sequence_length) == (True, 4, 16)
+    assert ppo.MEMORY_DEFAULTS == {"norm_reward": True, "num_minibatches": 4, "sequence_length": 16}
+    monkeypatch.setattr("sys.argv", ["ppo_discrete.py", "--recurrent", "gru", "--no-norm-reward", "--num-minibatches", "8",
+                                     "--sequence-length", "0"])
     args, _ = ppo.parse_args()
-    assert (args.recurrent, args.norm_reward, args.num_minibatches) == ("gru", False, 8)
+    assert (args.recurrent, args.norm_reward, args.num_minibatches, args.sequence_length) == ("gru", False, 8, 0)
     monkeypatch.setattr("sys.argv", ["ppo_discrete.py"])
     assert ppo.parse_args()[0] == ppo.Args()  # without memory: the defaults as they were
 
