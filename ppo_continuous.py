@@ -633,7 +633,7 @@ def train(args, checkpoint=None):
             b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values = (
                 x.to(device) for x in real_transitions(valid, obs, actions, logprobs, advantages, returns, values))
 
-            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of whole sub-envs).
+            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of sequences in time).
             update_stats = []
             num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
             for epoch in range(args.update_epochs):

@@ -123,7 +123,7 @@ class Args:
     """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10] (on with memory)"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
     """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; on vectors flags not given
-    take MEMORY_DEFAULTS (reward scaling, 4 minibatches, 16-step sequences); 1.6x slower on CartPole-v1 (README)"""
+    take MEMORY_DEFAULTS (reward scaling, 4 minibatches, 16-step sequences); 2.6x slower on CartPole-v1 (README)"""
     sequence_length: int = 0
     """with memory, the update replays sequences of this many steps (dividing num_steps), each from its first state
     as the weights of the epoch's start compute it, no gradient through it (faster); 0: each sub-env's whole rollout"""
@@ -148,7 +148,7 @@ IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_l
                   "eval_sample": True}  # CleanRL's for Atari (it evaluates by sampling too)
 
 
-# --recurrent on vectors: learns CartPoleNoVel-v1 (16-step sequences: as well as whole rollouts, 2x faster)
+# --recurrent on vectors: learns CartPoleNoVel-v1 (16-step sequences: as well as whole rollouts, 1.5x faster)
 MEMORY_DEFAULTS = {"norm_reward": True, "num_minibatches": 4, "sequence_length": 16}
 
 
@@ -685,7 +685,7 @@ def train(args, checkpoint=None):
             b_obs, b_actions, b_masks, b_logprobs, b_advantages, b_returns, b_values = (x.to(device) for x in
                 real_transitions(valid, obs, actions, masks, logprobs, advantages, returns, values))
 
-            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of whole sub-envs).
+            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of sequences in time).
             update_stats = []
             num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
             for epoch in range(args.update_epochs):

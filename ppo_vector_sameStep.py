@@ -735,7 +735,7 @@ def train(args, checkpoint=None):
                 torch.from_numpy(x.reshape((args.num_envs * args.num_steps,) + x.shape[2:])).to(device)
                 for x in (obs, actions, masks, logprobs, advantages, returns, values))
 
-            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of whole sub-envs).
+            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of sequences in time).
             update_stats = []
             for epoch in range(args.update_epochs):
                 for mb, hidden in minibatches(agent, b_obs, rollout, args.num_minibatches, args.sequence_length):
