@@ -156,8 +156,9 @@ def main():
     for index, script in enumerate((cli.script, cli.script_b)):
         if script and not os.path.isfile(script):
             parser.error(f"no script {script}")
-        if script:  # the path in place of that contender's script, its flags kept; named by the path
-            pairs[index] = (script, [os.path.abspath(script), *pairs[index][1][1:]])
+        if script:  # the path in place of that contender's script, its flags kept; named by the path and the case's name
+            name, (_, *flags) = pairs[index]
+            pairs[index] = (f"{script} ({name})", [os.path.abspath(script), *flags])
     contenders = dict(pairs)
     common = ["--env-id", env_id, "--total-timesteps", str(cli.total_timesteps), "--seed", str(cli.seed)]
     sps = {name: [] for name in contenders}

@@ -397,6 +397,15 @@ def test_speed_alternates_the_contenders_and_times_the_env_alone_in_every_repeat
     assert not os.listdir(tmp_path)  # the timed runs write their runs/ elsewhere
 
 
+def test_speed_times_one_script_path_as_both_contenders_under_the_cases_two_flag_sets(tmp_path):
+    script = os.path.join(ROOT, "ppo_discrete.py")  # e.g. a copy's memory against none: both sides the same path
+    output = tool("speed.py", "--case", "cartpole-lstm", "--script", script, "--script-b", script, "--total-timesteps",
+                  "1024", "--repeats", "1", cwd=tmp_path).communicate(timeout=300)[0]
+    timed = [line.split(": ")[0] for line in output.splitlines() if " repeat " in line]
+    assert timed == [f"CartPole-v1 repeat 1 {script} ({name})" for name in ("none", "lstm")], output
+    assert f"{script} (none)" in output.splitlines()[-1] and "ratio" in output.splitlines()[-1], output
+
+
 @pytest.mark.skipif(importlib.util.find_spec("envpool") is None, reason="needs envpool==1.2.5")
 def test_speed_times_a_dmc_task_and_its_envpool_env_alone(tmp_path, monkeypatch):
     output = tool("speed.py", "--case", "dmc-envpool", "--env-id", "WalkerWalk-v1", "--total-timesteps", "2048",
