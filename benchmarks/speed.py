@@ -156,7 +156,7 @@ def main():
     for index, script in enumerate((cli.script, cli.script_b)):
         if script and not os.path.isfile(script):
             parser.error(f"no script {script}")
-        if script:  # the path in place of that contender's script, its flags kept; named by the path and the case's name
+        if script:  # the path in place of that contender's script, its flags kept; named by path and case's name
             name, (_, *flags) = pairs[index]
             pairs[index] = (f"{script} ({name})", [os.path.abspath(script), *flags])
     contenders = dict(pairs)
