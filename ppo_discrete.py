@@ -550,7 +550,11 @@ def minibatches(agent, b_obs, rollout, num_minibatches, sequence_length):
 
     row = cut((valid > 0).flatten().cumsum(0).view_as(valid) - 1)  # each real row's place in the batch (b_*)
     obs, valid, starts = cut(obs), cut(valid), torch.cat(starts)
-    for seqs in torch.randperm(len(starts), device=valid.device).tensor_split(min(num_minibatches, len(starts))):
+    order = torch.randperm(len(starts), device=valid.device)
+    parts = min(num_minibatches, len(starts))
+    while parts > 1 and min(rows.sum() for rows in valid.sum(0)[order].tensor_split(parts)) < 2:
+        parts -= 1  # 2 real rows at least in each minibatch, though autoreset rows dropped (as without memory)
+    for seqs in order.tensor_split(parts):
         seqs = seqs.sort().values  # whole rollouts: the rows in the batch's order (step, then sub-env)
         real = valid[:, seqs].flatten() > 0
         hidden, _ = agent.remember(obs[:, seqs], starts[seqs], valid[:, seqs])
