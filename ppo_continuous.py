@@ -121,7 +121,7 @@ class Args:
     init_log_std: float = -1.0
     """the log std the policy starts with (std 0.37; -0.5 suits Hopper, Walker2d, BipedalWalker and most DMC tasks)"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
-    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; 1.9x slower on Humanoid-v5"""
+    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; 2.0x slower on Humanoid-v5"""
     sequence_length: int = 0
     """with memory, the update replays sequences of this many steps (dividing num_steps), each from its first state
     as the weights of the epoch's start compute it, no gradient through it (faster); 0: each sub-env's whole rollout"""

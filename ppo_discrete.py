@@ -123,7 +123,7 @@ class Args:
     """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10] (on with memory)"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
     """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; on vectors flags not given
-    take MEMORY_DEFAULTS (reward scaling, 4 minibatches, 16-step sequences); 2.6x slower on CartPole-v1 (README)"""
+    take MEMORY_DEFAULTS (reward scaling, 4 minibatches, 16-step sequences); 2.1x slower on CartPole-v1 (README)"""
     sequence_length: int = 0
     """with memory, the update replays sequences of this many steps (dividing num_steps), each from its first state
     as the weights of the epoch's start compute it, no gradient through it (faster); 0: each sub-env's whole rollout"""
@@ -148,7 +148,7 @@ IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_l
                   "eval_sample": True}  # CleanRL's for Atari (it evaluates by sampling too)
 
 
-# --recurrent on vectors: learns CartPoleNoVel-v1 (16-step sequences: as well as whole rollouts, 1.5x faster)
+# --recurrent on vectors: learns CartPoleNoVel-v1 (16-step sequences: as well as whole rollouts, 1.4x faster)
 MEMORY_DEFAULTS = {"norm_reward": True, "num_minibatches": 4, "sequence_length": 16}
 
 
