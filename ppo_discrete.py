@@ -1,11 +1,22 @@
-"""PPO for discrete action spaces (Discrete, MultiDiscrete, MultiBinary), in one file.
+"""PPO for discrete actions (Discrete, MultiDiscrete, MultiBinary), in one file.
 
     python ppo_discrete.py --env-id CartPole-v1
     tensorboard --logdir runs
 
-Above the "Run safety" banner, PPO in the order the data flows: arguments, environments, agent, GAE, loss, and
-train() with the rollout, GAE and update as visible loops; "detail N" names the details of "The 37 Implementation
-Details of PPO" (Huang et al., 2022). Gymnasium 1.x autoresets NEXT_STEP: autoreset rows are dropped from the update.
+Three parts, each opened by a banner line:
+- PPO core: Args, the envs, the Agent, GAE, the loss and train() (the rollout, GAE and update as visible loops), in the
+  order the data flows. "detail N" names the details of "The 37 Implementation Details of PPO" (Huang et al., 2022).
+  Plain PPO on vectors (CartPole-v1) runs through this part alone.
+- Capabilities: what the core calls only for images and Atari, Dict observations, multi-part actions and masks, memory
+  (--recurrent), and the defaults tables. Skip what your env does not use.
+- Run safety: checks, checkpoints, the run folder, fault messages, progress, evaluation. Nothing there changes what PPO
+  computes.
+Where a change goes:
+- a network: Agent.__init__ (the actor's output, the logits, is agent.actor(hidden); Agent.policy reads it);
+- a loss term: ppo_loss (it gets the minibatch as a dict; each statistic it returns is logged as losses/<name>);
+- a schedule: one entry of `coefs` in train() (logged as charts/<name>; ppo_loss reads coefs[name]);
+- a piece of state: train()'s `state` (checkpointed and resumed); rollout data: a buffer in train(), then `batch`.
+Gymnasium 1.x autoresets NEXT_STEP: the step after an episode ends is not a transition and has no weight in the update.
 """
 
 import contextlib
@@ -42,20 +53,18 @@ import torch.nn as nn
 import tyro
 from torch.utils.tensorboard import SummaryWriter
 
+# ==================== PPO core: arguments, envs, agent, GAE, loss, train() ====================
+
 
 @dataclass
 class Args:
-    """PPO for Discrete, MultiDiscrete and MultiBinary actions (a categorical per part) and the env's invalid-action
-    masks: `python ppo_discrete.py --env-id CartPole-v1`, then `tensorboard --logdir runs`; each run's events and
-    checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Images (uint8, (H, W), (C, H, W) or (H, W, C)) of 36 x 36
-    or more go to a Nature CNN, and flags not given take IMAGE_DEFAULTS, CleanRL's for Atari: total-timesteps 10000000,
-    learning-rate 2.5e-4, gae-lambda 0.95, num-minibatches 4, update-epochs 4, ent-coef 0.01, vf-coef 0.5, max-grad-norm
-    0.5, eval-sample; Atari (Pong-v5 on EnvPool, ALE/Pong-v5) is preprocessed as is standard, and training ends an
-    episode at a lost life and clips rewards. Smaller ones (MiniGrid's 7 x 7 view) go to a grid CNN and keep the
-    defaults below (they learn MiniGrid). A Dict with images (MiniGrid's as it comes): a CNN each, the other entries
-    beside them (a text mission left out), the defaults by the same rule. CleanRL's ppo.py settings (the defaults came
-    from a benchmarks/tune.py study): --learning-rate 2.5e-4 --num-envs 4 --gae-lambda 0.95 --num-minibatches 4
-    --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5"""
+    """PPO for Discrete, MultiDiscrete and MultiBinary actions, with the env's invalid-action masks. Each run's events
+    and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Flags not given follow the env where a table says so:
+    IMAGE_DEFAULTS for images of 36 x 36 or more (Atari), MEMORY_DEFAULTS with --recurrent (Capabilities part). The
+    defaults below came from a benchmarks/tune.py study; CleanRL's ppo.py settings: --learning-rate 2.5e-4 --num-envs 4
+    --gae-lambda 0.95 --num-minibatches 4 --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5
+    --max-grad-norm 0.5"""
+
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -64,7 +73,7 @@ class Args:
     torch_deterministic: bool = True
     """if toggled, sets `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = False
-    """if toggled, train on the GPU when there is one (off by default: slower for MLPs; Pong's CNN: up to 2x faster)"""
+    """if toggled, train on the GPU when there is one (off by default: an MLP trains faster on the CPU)"""
     track: bool = False
     """if toggled, also log to Weights and Biases (needs `pip install wandb`)"""
     wandb_project_name: str = "ppo-single-file"
@@ -116,14 +125,14 @@ class Args:
     target_kl: Optional[float] = None
     """stop the update early when the approximate KL exceeds this (off when None)"""
     hidden_size: int = 64
-    """the width of the two hidden layers of the actor and of the critic (a Nature CNN alone: linear heads on 512)"""
+    """the width of the two tanh layers of the actor and of the critic (after a Nature CNN: none, linear heads)"""
     action_mask: bool = True
     """if toggled, respect the env's invalid-action masks (README: "Multi-part actions and masks"); off: ignore them"""
     norm_reward: bool = False
     """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10] (on with memory)"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
-    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; on vectors flags not given
-    take MEMORY_DEFAULTS (reward scaling, 4 minibatches, 16-step sequences); 2.1x slower on CartPole-v1 (README)"""
+    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; flags not given take
+    MEMORY_DEFAULTS (reward scaling, 4 minibatches, 16-step sequences), except on images of 36 x 36 or more"""
     sequence_length: int = 0
     """with memory, the update replays sequences of this many steps (dividing num_steps), each from its first state
     as the weights of the epoch's start compute it, no gradient through it (faster); 0: each sub-env's whole rollout"""
@@ -143,26 +152,6 @@ class Args:
     (on for images, IMAGE_DEFAULTS: a deterministic Atari or CarRacing policy can repeat one failing play)"""
 
 
-IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
-                  "update_epochs": 4, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5,
-                  "eval_sample": True}  # CleanRL's for Atari (it evaluates by sampling too)
-
-
-# --recurrent on vectors: learns CartPoleNoVel-v1 (16-step sequences: as well as whole rollouts, 1.4x faster)
-MEMORY_DEFAULTS = {"norm_reward": True, "num_minibatches": 4, "sequence_length": 16}
-
-
-def env_defaults(args, observations):
-    """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) take IMAGE_DEFAULTS, a memory
-    on other observations MEMORY_DEFAULTS (the command line parsed again over them: flags given still win). Applied
-    before the arguments are checked."""
-    entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
-    if any(nature_sized(entry) for entry in entries):
-        return tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
-    if args.recurrent != "none":
-        return tyro.cli(Args, default=Args(**MEMORY_DEFAULTS))
-    return args
-
 
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None, frames=4):
     def thunk():
@@ -173,12 +162,12 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
             kwargs = {"frameskip": 1, **kwargs}  # the preprocessing below skips frames (and max-pools)
         env = gym.make(env_id, **kwargs)
         if ActionMasks.in_observation(env) or env.has_wrapper_attr("action_masks"):
-            env = ActionMasks(env)  # (below) a mask given another way goes to the info, as Taxi-v4 gives it
+            env = ActionMasks(env)  # (Capabilities) a mask given another way goes to the info, as Taxi-v4 gives it
         if capture_video and idx == 0:  # filmed before preprocessing: every frame, in color
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
             trigger = (lambda episode: episode < film_first) if film_first else None
             env = StreamedVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
-        if ale:  # Atari details: up to 30 no-op starts, frame skip 4 with max-pooling, 84 x 84 gray, 4 frames stacked
+        if ale:  # Atari details: up to 30 no-op starts, frame skip 4 with max-pooling, 84 x 84 gray, `frames` stacked
             env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=30), frames)
         return env
 
@@ -190,27 +179,316 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None, training=True
         os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # else pygame says XDG_RUNTIME_DIR is invalid
     frames = 4 if args.recurrent == "none" else 1  # memory reads Atari one frame at a time (CleanRL's LSTM as well)
     # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP, as EnvPool's
-    if args.env_backend == "envpool":  # its threads step the sub-envs; seeded when made (its reset ignores a seed)
-        import envpool  # the optional engine: pip install envpool==1.2.5
-        warnings.filterwarnings("ignore", "EnvPool seeds are fixed|.*precision lowered by casting")  # its own notes
-        threads = min(args.env_threads or len(os.sched_getaffinity(0)), num_envs)
-        stacked = "stack_num" in envpool.make_spec(args.env_id).config._fields  # Atari, ViZDoom: EnvPool stacks
-        envs = envpool.make_gymnasium(args.env_id, num_envs=num_envs, seed=seed, num_threads=threads,
-                                      **({"stack_num": frames} if stacked else {}))
-        envs = gym.vector.VectorWrapper(envs)  # EnvPool names the single space where gymnasium names the batched one
-        envs.observation_space = gym.vector.utils.batch_space(envs.single_observation_space, num_envs)
+    if args.env_backend == "envpool":
+        envs = envpool_envs(args, num_envs, seed, frames)  # (Capabilities) EnvPool's C++ threads step the sub-envs
     else:
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
                                                   video_folder, film_first, frames) for i in range(num_envs)])
     space = envs.single_observation_space
     if isinstance(space, gym.spaces.Dict) and any(image_shape(entry) for entry in space.values()):
-        envs = DictObservations(envs)  # an image beside other entries (MiniGrid's): one row of bytes, split by Agent
+        envs = DictObservations(envs)  # (Capabilities) an image beside other entries (MiniGrid's): one row of bytes
     elif not image_shape(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
         envs = gym.wrappers.vector.FlattenObservation(envs)  # Dict, Tuple: one vector, in key order; Discrete: one-hot
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns (Atari: each whole game's score)
     if training and (args.env_id.startswith("ALE/") or "episodic_life" in getattr(envs.unwrapped, "config", {})):
-        envs = AtariTraining(envs)
+        envs = AtariTraining(envs)  # (Capabilities) a lost life ends a training episode; rewards clipped
     return CheckedEnvs(envs, args.action_mask)  # run safety (below): the env's faults and bad numbers get one line
+
+
+def layer_init(layer, std=np.sqrt(2)):
+    torch.nn.init.orthogonal_(layer.weight, std)  # detail 2: orthogonal init, zero biases (the memory keeps torch's)
+    torch.nn.init.constant_(layer.bias, 0.0)
+    return layer
+
+
+def mlp(inputs, hidden_sizes, outputs, std):
+    """Tanh layers of hidden_sizes, then a linear output layer initialized with gain std (no hidden layer: it alone)."""
+    if not hidden_sizes:
+        return layer_init(nn.Linear(inputs, outputs), std=std)
+    layers, width = [], inputs
+    for size in hidden_sizes:
+        layers += [layer_init(nn.Linear(width, size)), nn.Tanh()]
+        width = size
+    return nn.Sequential(*layers, layer_init(nn.Linear(width, outputs), std=std))
+
+
+class Agent(nn.Module):
+    def __init__(self, envs, hidden_size, recurrent):
+        super().__init__()
+        space = envs.single_observation_space
+        # MultiDiscrete detail: one categorical per part, the logits of every part from one head (Discrete: one part)
+        self.parts = action_parts(envs.single_action_space)
+        self.register_buffer("grid", part_grid(self.parts), persistent=False)  # not in checkpoints: from the space
+        self.encoder = encoder_for(space)  # (Capabilities) a CNN for images and Dicts; None: vectors as they are
+        features = self.encoder.features if self.encoder else int(np.prod(space.shape))
+        # memory (--recurrent): an LSTM or GRU layer after the encoder, for both heads (128 units after a Nature CNN)
+        layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[recurrent]
+        self.memory = layer(features, 128 if nature_sized(space) else hidden_size) if layer else None
+        features = self.memory.hidden_size if self.memory else features
+        # detail 13: separate actor and critic networks, two tanh layers each (64-64 by default); after a Nature CNN
+        # none (Atari details: linear heads on its 512 features, or on the memory's 128)
+        hidden_sizes = [] if nature_sized(space) else [hidden_size, hidden_size]
+        self.critic = mlp(features, hidden_sizes, 1, std=1.0)
+        self.actor = mlp(features, hidden_sizes, sum(self.parts), std=0.01)  # the logits of every value of every part
+
+    def encode(self, x):
+        return x if self.encoder is None else self.encoder(x)
+
+    def initial_state(self, num_envs):
+        """The memory's state of each sub-env at an episode's start: zeros (LSTM: h and c side by side; none: empty)."""
+        size = 0 if self.memory is None else self.memory.hidden_size * (2 if isinstance(self.memory, nn.LSTM) else 1)
+        return torch.zeros(num_envs, size, device=next(self.parameters()).device)
+
+    def remember(self, x, state, keep=None):
+        """Features of observations x [T, N, ...], as [T * N, features]. With memory, each sub-env's rows in time order
+        from its state [N, S], zeroed after each row where keep [T, N] is 0 (an episode's end; None: no end): no state
+        crosses an episode. Returns the features and the state after the last row (no memory: the state as it was)."""
+        hidden = self.encode(x.flatten(0, 1))
+        if self.memory is None:
+            return hidden, state
+        return replay(self.memory, hidden.view(*x.shape[:2], -1), state, keep)  # (Capabilities)
+
+    def log_probs(self, logits, mask=None):
+        """log pi(.|x) from the actor's logits, [N, parts, largest part]: a row a part, masked actions at -1e8."""
+        if mask is not None:  # invalid-action masking: a masked action has no probability, gradient or entropy
+            logits = torch.where(mask, logits, -1e8)
+        if len(set(self.parts)) > 1:  # parts of different sizes: a cell past a part's end reads a -1e8 logit
+            logits = torch.cat([logits, logits.new_full((len(logits), 1), -1e8)], dim=-1)[:, self.grid]
+        return torch.log_softmax(logits.view(len(logits), len(self.parts), -1), dim=-1)  # a categorical per part
+
+    def policy(self, logits, action=None, mask=None):
+        """The policy at the actor's logits: an action (sampled unless given; an index into each part), its
+        log-probability and the entropy, summed over the parts (MultiDiscrete detail: a categorical per part)."""
+        log_probs = self.log_probs(logits, mask)
+        if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p (cheaper than multinomial)
+            action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
+        logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).sum((-2, -1))  # summed over the parts
+        return action, logprob, -(log_probs.exp() * log_probs).sum((-2, -1))
+
+    def act_deterministic(self, logits, mask=None):  # for evaluation: the most probable value of each part
+        return self.log_probs(logits, mask).argmax(dim=-1)
+
+
+def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
+    """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout, each column (sub-env) its own
+    sequence. values[t] is V(obs[t]); next_values[t] is V of the observation after step t, which under NEXT_STEP
+    autoreset is the true final observation of an episode that step t ended: the bootstrap a truncation (time limit)
+    needs. A termination has no future (no bootstrap); any episode end stops the recursion between episodes."""
+    advantages = np.zeros_like(rewards)
+    last_advantage = np.zeros(rewards.shape[1], dtype=rewards.dtype)
+    for t in reversed(range(rewards.shape[0])):
+        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
+        last_advantage = delta + gamma * gae_lambda * (1.0 - dones[t]) * last_advantage
+        advantages[t] = last_advantage
+    return advantages
+
+
+def real_transitions(valid, **rollout):
+    """Flatten [num_steps, num_envs] rollout arrays into one batch (a dict of tensors) of the rows with valid == 1.
+    Rows with valid == 0 are NEXT_STEP autoreset steps, not transitions: no weight at all in the update."""
+    keep = valid.reshape(-1) > 0
+    return {name: torch.from_numpy(x.reshape((-1,) + x.shape[2:])[keep]) for name, x in rollout.items()}
+
+
+def ppo_loss(agent, hidden, mb, coefs, args):
+    """The clipped PPO loss on one minibatch of real transitions (their features `hidden`; `mb`: the batch's rows),
+    and its statistics. coefs: this iteration's coefficients (see train())."""
+    logits = agent.actor(hidden)
+    _, new_logprob, entropy = agent.policy(logits, mb["actions"], mb.get("masks"))  # each under its step's mask
+    new_value = agent.critic(hidden).view(-1)
+    logratio = new_logprob - mb["logprobs"]
+    ratio = logratio.exp()
+
+    advantages = mb["advantages"]
+    if args.norm_adv:  # detail 7: normalize advantages per minibatch
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+    # detail 8: clipped surrogate objective. The ratio pi_new/pi_old is clipped to [1-eps, 1+eps] and the
+    # pessimistic (larger) of the two losses is taken, so pushing the ratio past the clip never pays.
+    clip = coefs["clip_coef"]
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip, 1 + clip)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    returns, old_values = mb["returns"], mb["values"]
+    if args.clip_vloss:  # detail 9: value loss clipped around the rollout's value estimate
+        v_clipped = old_values + torch.clamp(new_value - old_values, -clip, clip)
+        v_loss = 0.5 * torch.max((new_value - returns) ** 2, (v_clipped - returns) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((new_value - returns) ** 2).mean()
+    entropy_loss = entropy.mean()
+    loss = pg_loss - coefs["ent_coef"] * entropy_loss + v_loss * coefs["vf_coef"]  # detail 10: one combined loss
+
+    with torch.no_grad():  # detail 12: debug variables; approx_kl is the k3 estimator
+        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
+                 "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
+                 "clipfrac": ((ratio - 1.0).abs() > clip).float().mean()}
+    return loss, stats
+
+
+def learning_rate(args, progress):  # detail 4: annealed linearly; progress: (iteration - 1) / num_iterations
+    return (1.0 - progress) * args.learning_rate if args.anneal_lr else args.learning_rate
+
+
+def train(args, checkpoint=None):
+    num_iterations = args.total_timesteps // (args.num_envs * args.num_steps)  # one batch an iteration
+    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1  # a resumed run goes on after its checkpoint
+    run = Run(args, checkpoint, start_iteration, num_iterations)  # run safety (below): folder, logs, checkpoints
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    seed = args.seed + start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
+    envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
+    torch.set_num_threads(torch_threads(envs.single_observation_space))  # (Capabilities) every core for a Nature CNN
+    agent = Agent(envs, args.hidden_size, args.recurrent).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
+    reward_scaler = RewardScaler(args.num_envs, args.gamma)  # (Capabilities) --norm-reward, on with memory
+    # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
+    state = {"model": agent, "optimizer": optimizer, "return_rms": reward_scaler.return_rms}
+
+    # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
+    obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape,
+                   dtype=buffer_dtype(envs.single_observation_space))  # (Capabilities) images stay uint8
+    actions = np.zeros((args.num_steps, args.num_envs, len(agent.parts)), dtype=np.int64)  # an index into each part
+    masks = np.ones((args.num_steps, args.num_envs, sum(agent.parts)), dtype=bool)  # the valid actions at each step
+    logprobs, rewards, terminations, dones, valid = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+                                                     for _ in range(5))
+
+    with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
+        global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
+        next_obs, infos = envs.reset(seed=seed)
+        next_reset = np.zeros(args.num_envs, dtype=np.float32)  # the engine reset no sub-env before the first step
+        masked = args.action_mask and "action_mask" in infos  # (Capabilities) the env's invalid-action masks
+        next_mask = action_mask(infos, sum(agent.parts), next_reset)
+        state = agent.initial_state(args.num_envs)  # memory's state (--recurrent), carried from step to step
+        for iteration in range(start_iteration, num_iterations + 1):
+            # What changes per iteration, each logged as charts/<name>: the learning rate and the loss's coefficients.
+            # A schedule of your own is one entry here, e.g. "ent_coef": args.ent_coef * (1.0 - progress).
+            progress = (iteration - 1.0) / num_iterations  # of the run: 0 at its start
+            coefs = {"learning_rate": learning_rate(args, progress), "clip_coef": args.clip_coef,
+                     "ent_coef": args.ent_coef, "vf_coef": args.vf_coef}
+            optimizer.param_groups[0]["lr"] = coefs["learning_rate"]
+            start_state = state  # where the update replays each sub-env's sequence from
+
+            # Rollout: num_steps steps in every sub-environment with the current policy.
+            for step in range(args.num_steps):
+                global_step += args.num_envs
+                obs[step] = next_obs
+                # NEXT_STEP autoreset: the step after an episode ended only resets that sub-env (action ignored,
+                # reward 0). It is not a real transition, so it gets valid = 0 and no weight in the update.
+                valid[step] = 1.0 - next_reset
+                masks[step] = next_mask  # kept: the update scores each action under the mask it was chosen under
+                with torch.no_grad():
+                    mask = torch.from_numpy(masks[step]).to(device) if masked else None
+                    # the state is zeroed after an autoreset row, which read the final observation of an episode
+                    hidden, state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device), state,
+                                                   torch.from_numpy(valid[step: step + 1]).to(device))
+                    action, logprob, _ = agent.policy(agent.actor(hidden), mask=mask)
+                actions[step] = action.cpu().numpy()
+                logprobs[step] = logprob.cpu().numpy()
+
+                next_obs, reward, terminated, truncated, infos = envs.step(env_actions(envs, actions[step]))
+                next_done = np.logical_or(terminated, truncated).astype(np.float32)
+                next_reset = engine_resets(next_done, infos)  # (Capabilities) all but Atari's lost lives
+                next_mask = action_mask(infos, sum(agent.parts), next_reset)
+                if args.norm_reward:
+                    reward = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
+                rewards[step] = reward
+                terminations[step] = terminated
+                dones[step] = next_done
+                if "episode" in infos:
+                    for i in np.flatnonzero(infos["_episode"]):
+                        run.log_episode(infos["episode"]["r"][i], infos["episode"]["l"][i], global_step)
+
+            # The critic is fixed during the rollout, so its values are computed in one batch afterwards:
+            # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row. With memory, under
+            # the state that reached each row: a truncated episode's final observation under its episode's state.
+            rollout_obs, rollout_valid = torch.from_numpy(obs).to(device), torch.from_numpy(valid).to(device)
+            values = torch.zeros((args.num_steps, args.num_envs), device=device)
+            with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
+                for group in torch.arange(args.num_envs).tensor_split(min(args.num_minibatches, args.num_envs)):
+                    hidden, _ = agent.remember(rollout_obs[:, group], start_state[group], rollout_valid[:, group])
+                    values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
+                hidden, _ = agent.remember(torch.from_numpy(next_obs[None].astype(obs.dtype)).to(device), state)
+                next_value = agent.critic(hidden).view(1, -1)
+            next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()
+            advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
+                                            args.gae_lambda)
+            returns = advantages + values  # detail 5: the value target is advantage + value
+
+            # Flatten the rollout into one batch, keeping the real transitions only (autoreset rows dropped).
+            batch = real_transitions(valid, obs=obs, actions=actions, logprobs=logprobs, advantages=advantages,
+                                     returns=returns, values=values, **({"masks": masks} if masked else {}))
+            batch = {name: x.to(device) for name, x in batch.items()}
+            b_obs = batch.pop("obs")  # the rest is what the loss reads
+
+            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of sequences in time).
+            update_stats = []
+            num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
+            for epoch in range(args.update_epochs):
+                if agent.memory is None:  # detail 6: a fresh shuffle each epoch; the minibatches cover the batch
+                    order = torch.randperm(len(b_obs), device=device)
+                    minibatches = ((mb, agent.encode(b_obs[mb])) for mb in order.tensor_split(num_minibatches))
+                else:  # (Capabilities) sequences in time, each replayed from its first state
+                    minibatches = sequence_minibatches(agent, rollout_obs, start_state, rollout_valid,
+                                                       num_minibatches, args.sequence_length)
+                for mb, hidden in minibatches:  # hidden: the minibatch's features (an image's CNN runs once)
+                    loss, stats = ppo_loss(agent, hidden, {name: x[mb] for name, x in batch.items()}, coefs, args)
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError("loss")  # the run keeps its last complete iteration
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11: global gradient clip
+                    optimizer.step()
+                    update_stats.append(stats)
+                if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
+                    break
+
+            # Logging: each statistic of the loss averaged over the update's minibatches, and this iteration's coefs.
+            losses = {f"losses/{name}": torch.stack([s[name] for s in update_stats]).mean().item() for name in stats}
+            var_y = batch["returns"].var().item()
+            explained = 1 - (batch["returns"] - batch["values"]).var().item() / var_y if var_y else np.nan
+            charts = {f"charts/{name}": value for name, value in coefs.items()}
+            run.end_iteration(iteration, global_step, {**charts, **losses, "losses/explained_variance": explained})
+    return run.checkpoint_path
+
+
+
+# ==================== Capabilities: images and Atari, Dict observations, multi-part actions and masks, memory ========
+# The core calls these only for the envs that need them; a reader of plain PPO on vectors may skip to Run safety.
+
+# The defaults tables: flags not given follow the env (env_defaults, applied before the arguments are checked).
+IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
+                  "update_epochs": 4, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5,
+                  "eval_sample": True}  # CleanRL's for Atari (it evaluates by sampling too)
+MEMORY_DEFAULTS = {"norm_reward": True, "num_minibatches": 4, "sequence_length": 16}  # --recurrent: CartPoleNoVel-v1's
+
+
+def env_defaults(args, observations):
+    """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) take IMAGE_DEFAULTS, a memory
+    on any other observation MEMORY_DEFAULTS (the command line parsed again over them: flags given still win)."""
+    entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
+    if any(nature_sized(entry) for entry in entries):
+        return tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
+    if args.recurrent != "none":
+        return tyro.cli(Args, default=Args(**MEMORY_DEFAULTS))
+    return args
+
+
+def envpool_envs(args, num_envs, seed, frames):
+    """EnvPool's vector env (pip install envpool==1.2.5): its C++ threads step the sub-envs; seeded when made (its
+    reset ignores a seed); Atari and ViZDoom stacked by EnvPool itself."""
+    import envpool
+
+    warnings.filterwarnings("ignore", "EnvPool seeds are fixed|.*precision lowered by casting")  # its own notes
+    threads = min(args.env_threads or len(os.sched_getaffinity(0)), num_envs)
+    stacked = "stack_num" in envpool.make_spec(args.env_id).config._fields
+    envs = envpool.make_gymnasium(args.env_id, num_envs=num_envs, seed=seed, num_threads=threads,
+                                  **({"stack_num": frames} if stacked else {}))
+    envs = gym.vector.VectorWrapper(envs)  # EnvPool names the single space where gymnasium names the batched one
+    envs.observation_space = gym.vector.utils.batch_space(envs.single_observation_space, num_envs)
+    return envs
 
 
 class AtariTraining(gym.vector.VectorWrapper):
@@ -230,6 +508,44 @@ class AtariTraining(gym.vector.VectorWrapper):
         return obs, np.sign(rewards), terminations | infos["life_lost"], truncations, infos
 
 
+def engine_resets(done, infos):
+    """Where the engine resets a sub-env: where an episode ended, except at Atari's lost life (AtariTraining)."""
+    return done * (1.0 - infos["life_lost"]) if "life_lost" in infos else done
+
+
+class ActionMasks(gym.Wrapper):
+    """Invalid-action masks given another way reach train() as info["action_mask"], as gymnasium's Taxi-v4 gives them:
+    an "action_mask" entry of a Dict observation (PettingZoo's games; taken out of the observation, and the Dict
+    unwrapped if one entry is left) or an action_masks() method (sb3-contrib's), called after each reset and step."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        space = env.observation_space
+        self.keys = [key for key in space.spaces if key != "action_mask"] if self.in_observation(env) else []
+        if self.keys:
+            rest = gym.spaces.Dict({key: space[key] for key in self.keys})
+            self.observation_space = rest[self.keys[0]] if len(self.keys) == 1 else rest
+        self.mask_source = "the observation's 'action_mask' entry" if self.keys else "the env's action_masks() method"
+
+    @staticmethod
+    def in_observation(env):
+        return isinstance(env.observation_space, gym.spaces.Dict) and "action_mask" in env.observation_space.spaces
+
+    def reset(self, **kwargs):
+        return self.with_mask(*self.env.reset(**kwargs))
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        obs, info = self.with_mask(obs, info)
+        return obs, reward, terminated, truncated, info
+
+    def with_mask(self, obs, info):
+        if not self.keys:
+            return obs, {**info, "action_mask": np.asarray(self.env.get_wrapper_attr("action_masks")())}
+        rest = obs[self.keys[0]] if len(self.keys) == 1 else {key: obs[key] for key in self.keys}
+        return rest, {**info, "action_mask": obs["action_mask"]}
+
+
 def action_mask(infos, num_actions, ignored):
     """Each sub-env's valid actions, [num_envs, num_actions] bool, from info["action_mask"] (see ActionMasks)."""
     mask = np.ones((len(ignored), num_actions), dtype=bool)
@@ -237,6 +553,27 @@ def action_mask(infos, num_actions, ignored):
         given = infos["_action_mask"] & (ignored == 0)  # not on NEXT_STEP's autoreset row, whose action is ignored
         mask[given] = infos["action_mask"][given].reshape(-1, num_actions)
     return mask
+
+
+def action_parts(space):
+    """The sizes of a categorical action's parts: Discrete one, MultiDiscrete one per entry, MultiBinary 2 per bit."""
+    if isinstance(space, gym.spaces.MultiBinary):
+        return [2] * int(np.prod(space.shape))
+    return [int(space.n)] if isinstance(space, gym.spaces.Discrete) else space.nvec.reshape(-1).tolist()
+
+
+def part_grid(parts):
+    """Where each part's values sit in a [parts, largest part] grid of the logits: part p's value v at p, v; the cells
+    past a part's size point at one extra logit, -1e8 (Agent.log_probs)."""
+    starts, columns = np.cumsum(parts) - parts, range(max(parts))
+    return torch.tensor([start + v if v < n else sum(parts) for start, n in zip(starts, parts) for v in columns])
+
+
+def env_actions(envs, index):
+    """The env's actions from the policy's [num_envs, parts] choices (an index into each part)."""
+    space = envs.single_action_space
+    start = 0 if isinstance(space, gym.spaces.MultiBinary) else np.reshape(space.start, -1)  # Discrete's: one part
+    return (index + start).reshape((len(index),) + space.shape).astype(space.dtype)
 
 
 def image_shape(space):
@@ -253,6 +590,18 @@ def nature_sized(space):
     """An image for the Nature CNN: 36 x 36 or more (Atari's 84 x 84); smaller ones (MiniGrid's 7 x 7) go to GridCNN."""
     image = image_shape(space)
     return image is not None and min(image[1:]) >= 36
+
+
+def buffer_dtype(space):
+    """The rollout buffer's type: images (and DictObservations' rows) stay uint8, a quarter of float32's memory."""
+    return np.uint8 if image_shape(space) is not None or isinstance(space, Packed) else np.float32
+
+
+def torch_threads(space):
+    """The Nature CNN gains from every core; an MLP or the grid CNN does not, and extra threads slow it on a busy
+    machine."""
+    entries = space.images if isinstance(space, Packed) else [space]
+    return len(os.sched_getaffinity(0)) if any(nature_sized(entry) for entry in entries) else 1
 
 
 def is_text(key, space):
@@ -298,11 +647,6 @@ class DictObservations(gym.vector.VectorObservationWrapper):
         return np.concatenate([floats.view(np.uint8), *images], axis=1)
 
 
-def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
-    torch.nn.init.orthogonal_(layer.weight, std)  # detail 2: orthogonal init, zero biases
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
 
 class NatureCNN(nn.Sequential):
     """Atari details: the Nature CNN (Mnih et al., 2015) on pixels scaled to [0, 1], 512 features for both heads."""
@@ -318,7 +662,7 @@ class NatureCNN(nn.Sequential):
 
     def forward(self, x):  # uint8 frames (the buffer's) of shape (N, H, W), (N, C, H, W) or (N, H, W, C)
         x = x.unsqueeze(1) if x.dim() == 3 else x if x.shape[1] == self[0].in_channels else x.movedim(-1, 1)
-        if x.device.type == "cpu":  # channels last: oneDNN's convolutions take it ~1.3x faster, the same float32 math
+        if x.device.type == "cpu":  # channels last: oneDNN's convolutions run faster on it, the same float32 math
             x = x.contiguous(memory_format=torch.channels_last)
         return super().forward(x.float() / self.scale)
 
@@ -358,128 +702,69 @@ class DictEncoder(nn.Module):
         return torch.cat(features, dim=1)
 
 
-def action_parts(space):
-    """The sizes of a categorical action's parts: Discrete one, MultiDiscrete one per entry, MultiBinary 2 per bit."""
-    if isinstance(space, gym.spaces.MultiBinary):
-        return [2] * int(np.prod(space.shape))
-    return [int(space.n)] if isinstance(space, gym.spaces.Discrete) else space.nvec.reshape(-1).tolist()
+
+def encoder_for(space):
+    """The Agent's encoder: the Nature CNN (Atari details: shared by actor and critic) for an image of 36 x 36 or
+    more, DictEncoder for a Dict with images, GridCNN for a smaller image; None for a vector (the MLPs read it)."""
+    if nature_sized(space):
+        return NatureCNN(*image_shape(space))
+    if isinstance(space, Packed):
+        return DictEncoder(space)
+    return GridCNN(*image_shape(space)) if image_shape(space) else None
 
 
-def env_actions(envs, index):
-    """The env's actions from the policy's [num_envs, parts] choices (an index into each part)."""
-    space = envs.single_action_space
-    start = 0 if isinstance(space, gym.spaces.MultiBinary) else np.reshape(space.start, -1)  # Discrete's: one part
-    return (index + start).reshape((len(index),) + space.shape).astype(space.dtype)
+def replay(memory, hidden, state, keep=None):
+    """The memory (an LSTM or GRU) over features hidden [T, N, F] (see Agent.remember): each sub-env's rows cut into
+    episodes and run at once as one packed batch (a loop over rows is much slower). Returns [T * N, units] and the
+    state after the last row."""
+    steps, n = hidden.shape[:2]
+    keep = torch.ones(steps, n, device=hidden.device) if keep is None else keep
+    starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
+    sequence = starts.cumsum(0).long() - 1  # each row's episode
+    lengths = torch.bincount(sequence).cpu()
+    rows = hidden.transpose(0, 1).flatten(0, 1).split(lengths.tolist())
+    initial = hidden.new_zeros(1, len(lengths), state.shape[1])
+    initial[0, sequence[::steps]] = state  # a sub-env's first episode goes on from its state, the others from 0
+    lstm = isinstance(memory, nn.LSTM)  # its state: h and c side by side
+    out, final = memory(nn.utils.rnn.pack_sequence(rows, enforce_sorted=False),
+                        initial.chunk(2, dim=2) if lstm else initial)
+    out = torch.cat(nn.utils.rnn.unpad_sequence(nn.utils.rnn.pad_packed_sequence(out)[0], lengths))
+    final = (torch.cat(final, dim=2) if lstm else final)[0, sequence[steps - 1:: steps]]
+    return out.view(n, steps, -1).transpose(0, 1).flatten(0, 1), final * keep[-1].unsqueeze(1)
 
 
-class Agent(nn.Module):
-    def __init__(self, envs, hidden_size=64, recurrent="none"):
-        super().__init__()
-        self.parts = action_parts(envs.single_action_space)  # MultiDiscrete detail: one head, the logits of every part
-        space, num_actions = envs.single_observation_space, sum(self.parts)
-        starts, columns = np.cumsum(self.parts) - self.parts, range(max(self.parts))  # a grid: part p's value v at p, v
-        grid = [start + v if v < n else num_actions for start, n in zip(starts, self.parts) for v in columns]
-        self.register_buffer("grid", torch.tensor(grid), persistent=False)  # not in checkpoints: from the space
-        image = image_shape(space)
-        nature = nature_sized(space)
-        if nature:  # Atari details: one Nature CNN shared by actor and critic, a linear head each (after memory)
-            self.encoder = NatureCNN(*image)
-        else:  # a Dict with images, or a small grid: an encoder for the MLPs below (vectors go to them as they are)
-            self.encoder = DictEncoder(space) if isinstance(space, Packed) else GridCNN(*image) if image else None
-        obs_dim = self.encoder.features if self.encoder else int(np.prod(space.shape))
-        # memory (--recurrent): an LSTM or GRU layer after the encoder, for both heads (128 units after a Nature CNN)
-        layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[recurrent]
-        self.memory = layer(obs_dim, 128 if nature else hidden_size) if layer else None
-        obs_dim = self.memory.hidden_size if self.memory else obs_dim
-        if nature:
-            self.critic = layer_init(nn.Linear(obs_dim, 1), std=1.0)
-            self.actor = layer_init(nn.Linear(obs_dim, num_actions), std=0.01)
-            return
-        # detail 13: separate actor and critic networks, two tanh layers (64-64 by default)
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)),
-            nn.Tanh(),
-            layer_init(nn.Linear(hidden_size, hidden_size)),
-            nn.Tanh(),
-            layer_init(nn.Linear(hidden_size, 1), std=1.0),
-        )
-        self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)),
-            nn.Tanh(),
-            layer_init(nn.Linear(hidden_size, hidden_size)),
-            nn.Tanh(),
-            layer_init(nn.Linear(hidden_size, num_actions), std=0.01),
-        )
+def sequence_minibatches(agent, obs, state, valid, num_minibatches, sequence_length):
+    """Detail 6 with memory: each epoch, shuffled minibatches of sequences of sequence_length steps (0: each sub-env's
+    whole rollout), each replayed from its first state as this epoch's weights compute it (the rollout read again up to
+    it, no gradient). obs, valid: [num_steps, num_envs] tensors; state: each sub-env's at the rollout's start. Yields
+    each minibatch's rows (of the batch of real transitions) and features; autoreset rows are in the sequence and out
+    of the loss."""
+    length = sequence_length or len(valid)
+    starts = []
+    with torch.no_grad():
+        for step in range(0, len(valid), length):
+            starts.append(state)
+            if step + length < len(valid):
+                _, state = agent.remember(obs[step: step + length], state, valid[step: step + length])
 
-    def encode(self, x):
-        return x if self.encoder is None else self.encoder(x)
+    def cut(x):  # [num_steps, num_envs, ...] as [length, sequences, ...]: sequence k * num_envs + n, sub-env n's k-th
+        return x.unflatten(0, (-1, length)).transpose(0, 1).flatten(1, 2)
 
-    def initial_state(self, num_envs):
-        """The memory's state of each sub-env at an episode's start: zeros (LSTM: h and c side by side; none: empty)."""
-        size = 0 if self.memory is None else self.memory.hidden_size * (2 if isinstance(self.memory, nn.LSTM) else 1)
-        return torch.zeros(num_envs, size, device=next(self.parameters()).device)
-
-    def remember(self, x, state, keep=None):
-        """Features of observations x [T, N, ...], as [T * N, features]. With memory, each sub-env's rows in time order
-        from its state [N, S], zeroed after each row where keep [T, N] is 0 (an episode's end; None: no end): no state
-        crosses an episode. Returns the features and the state after the last row (no memory: the state as it was)."""
-        hidden = self.encode(x.flatten(0, 1))
-        if self.memory is None:
-            return hidden, state
-        # each sub-env's rows cut into episodes, run at once as one packed batch (a loop over rows: ~30x slower)
-        steps, n = x.shape[:2]
-        keep = torch.ones(steps, n, device=x.device) if keep is None else keep
-        starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
-        sequence = starts.cumsum(0).long() - 1  # each row's episode
-        lengths = torch.bincount(sequence).cpu()
-        rows = hidden.view(steps, n, -1).transpose(0, 1).flatten(0, 1).split(lengths.tolist())
-        initial = hidden.new_zeros(1, len(lengths), state.shape[1])
-        initial[0, sequence[::steps]] = state  # a sub-env's first episode goes on from its state, the others from 0
-        lstm = isinstance(self.memory, nn.LSTM)  # its state: h and c side by side
-        out, final = self.memory(nn.utils.rnn.pack_sequence(rows, enforce_sorted=False),
-                                 initial.chunk(2, dim=2) if lstm else initial)
-        out = torch.cat(nn.utils.rnn.unpad_sequence(nn.utils.rnn.pad_packed_sequence(out)[0], lengths))
-        final = (torch.cat(final, dim=2) if lstm else final)[0, sequence[steps - 1:: steps]]
-        return out.view(n, steps, -1).transpose(0, 1).flatten(0, 1), final * keep[-1].unsqueeze(1)
-
-    def log_probs(self, hidden, mask=None):
-        """log pi(.|x), [N, parts, largest part]: a row a part; cells past a part's size and masked actions get -1e8."""
-        logits = self.actor(hidden)
-        if mask is not None:  # invalid-action masking: a masked action has no probability, gradient or entropy
-            logits = torch.where(mask, logits, -1e8)
-        if len(set(self.parts)) > 1:  # parts of different sizes: a cell past a part's end reads a -1e8 logit
-            logits = torch.cat([logits, logits.new_full((len(logits), 1), -1e8)], dim=-1)[:, self.grid]
-        return torch.log_softmax(logits.view(len(logits), len(self.parts), -1), dim=-1)  # a categorical per part
-
-    def policy(self, hidden, action=None, mask=None):
-        """The policy at encoded observations: an action (sampled unless given; an index into each part), its
-        log-probability and the entropy, summed over the parts (MultiDiscrete detail: a categorical per part)."""
-        log_probs = self.log_probs(hidden, mask)
-        if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p (cheaper than multinomial)
-            action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
-        logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).sum((-2, -1))  # summed over the parts
-        return action, logprob, -(log_probs.exp() * log_probs).sum((-2, -1))
-
-    def act_deterministic(self, hidden, mask=None):  # for evaluation: the most probable value of each part
-        return self.log_probs(hidden, mask).argmax(dim=-1)
+    row = cut((valid > 0).flatten().cumsum(0).view_as(valid) - 1)  # each real row's place in the batch
+    obs, valid, starts = cut(obs), cut(valid), torch.cat(starts)
+    order = torch.randperm(len(starts), device=valid.device)
+    parts = min(num_minibatches, len(starts))
+    while parts > 1 and min(rows.sum() for rows in valid.sum(0)[order].tensor_split(parts)) < 2:
+        parts -= 1  # 2 real rows at least in each minibatch, though autoreset rows dropped (as without memory)
+    for seqs in order.tensor_split(parts):
+        seqs = seqs.sort().values  # whole rollouts: the rows in the batch's order (step, then sub-env)
+        real = valid[:, seqs].flatten() > 0
+        hidden, _ = agent.remember(obs[:, seqs], starts[seqs], valid[:, seqs])
+        yield row[:, seqs].flatten()[real], hidden[real]
 
 
-class RunningMeanStd:
-    """Mean and variance of everything seen so far, updated batch by batch (Chan et al.'s parallel formula)."""
-
-    def __init__(self, shape=()):
-        self.mean = np.zeros(shape, np.float64)
-        self.var = np.ones(shape, np.float64)
-        self.count = 1e-4
-
-    def update(self, batch):
-        batch_mean, batch_var, batch_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
-        delta = batch_mean - self.mean
-        total = self.count + batch_count
-        self.mean = self.mean + delta * batch_count / total
-        self.var = (self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total)
-        self.var /= total
-        self.count = total
+class RunningMeanStd(gym.wrappers.utils.RunningMeanStd):
+    """gymnasium's running mean and variance (Chan et al.'s parallel formula), with a state for checkpoints."""
 
     def state_dict(self):
         return {"mean": torch.tensor(self.mean), "var": torch.tensor(self.var), "count": float(self.count)}
@@ -505,213 +790,6 @@ class RewardScaler:
         self.discounted_return[done] = 0.0
         return np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -10.0, 10.0)
 
-
-def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
-    """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout, each column (sub-env) its own
-    sequence. values[t] is V(obs[t]); next_values[t] is V of the observation after step t, which under NEXT_STEP
-    autoreset is the true final observation of an episode that step t ended: the bootstrap a truncation (time limit)
-    needs. A termination has no future (no bootstrap); any episode end stops the recursion between episodes."""
-    advantages = np.zeros_like(rewards)
-    last_advantage = np.zeros(rewards.shape[1], dtype=rewards.dtype)
-    for t in reversed(range(rewards.shape[0])):
-        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
-        last_advantage = delta + gamma * gae_lambda * (1.0 - dones[t]) * last_advantage
-        advantages[t] = last_advantage
-    return advantages
-
-
-def real_transitions(valid, *rollout):
-    """Flatten [num_steps, num_envs] rollout arrays into one batch of the rows with valid == 1. Rows with valid == 0
-    are NEXT_STEP autoreset steps, not transitions: no weight at all in the update (losses, advantage statistics)."""
-    keep = valid.reshape(-1) > 0
-    return [torch.from_numpy(x.reshape((-1,) + x.shape[2:])[keep]) for x in rollout]
-
-
-def minibatches(agent, b_obs, rollout, num_minibatches, sequence_length):
-    """Detail 6: a fresh shuffle each epoch, the minibatches together cover the batch. Yields each one's rows (of the
-    real transitions) and features; with memory, sequences of sequence_length steps (0: each sub-env's whole rollout)
-    replayed from their first states (rollout: obs, the state at its start, valid), the autoreset rows in the
-    sequence and out of the loss."""
-    if agent.memory is None:
-        for mb in torch.randperm(len(b_obs), device=b_obs.device).tensor_split(num_minibatches):
-            yield mb, agent.encode(b_obs[mb])  # an image's CNN runs once for both heads (vectors pass as they are)
-        return
-    obs, state, valid = rollout
-    length = sequence_length or len(valid)
-    starts = []  # each sequence's first state under this epoch's weights: the rollout read again up to it, no gradient
-    with torch.no_grad():
-        for step in range(0, len(valid), length):
-            starts.append(state)
-            if step + length < len(valid):
-                _, state = agent.remember(obs[step: step + length], state, valid[step: step + length])
-
-    def cut(x):  # [num_steps, num_envs, ...] as [length, sequences, ...]: sequence k * num_envs + n, sub-env n's k-th
-        return x.unflatten(0, (-1, length)).transpose(0, 1).flatten(1, 2)
-
-    row = cut((valid > 0).flatten().cumsum(0).view_as(valid) - 1)  # each real row's place in the batch (b_*)
-    obs, valid, starts = cut(obs), cut(valid), torch.cat(starts)
-    order = torch.randperm(len(starts), device=valid.device)
-    parts = min(num_minibatches, len(starts))
-    while parts > 1 and min(rows.sum() for rows in valid.sum(0)[order].tensor_split(parts)) < 2:
-        parts -= 1  # 2 real rows at least in each minibatch, though autoreset rows dropped (as without memory)
-    for seqs in order.tensor_split(parts):
-        seqs = seqs.sort().values  # whole rollouts: the rows in the batch's order (step, then sub-env)
-        real = valid[:, seqs].flatten() > 0
-        hidden, _ = agent.remember(obs[:, seqs], starts[seqs], valid[:, seqs])
-        yield row[:, seqs].flatten()[real], hidden[real]
-
-
-def ppo_loss(agent, hidden, actions, masks, old_logprobs, advantages, returns, old_values, args):
-    """The clipped PPO loss on one minibatch of real transitions (features, each under its mask), and statistics."""
-    _, new_logprob, entropy = agent.policy(hidden, actions, masks)
-    new_value = agent.critic(hidden).view(-1)
-    logratio = new_logprob - old_logprobs
-    ratio = logratio.exp()
-
-    if args.norm_adv:  # detail 7: normalize advantages per minibatch
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-
-    # detail 8: clipped surrogate objective. The ratio pi_new/pi_old is clipped to [1-eps, 1+eps] and the
-    # pessimistic (larger) of the two losses is taken, so pushing the ratio past the clip never pays.
-    pg_loss1 = -advantages * ratio
-    pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-    if args.clip_vloss:  # detail 9: value loss clipped around the rollout's value estimate
-        v_clipped = old_values + torch.clamp(new_value - old_values, -args.clip_coef, args.clip_coef)
-        v_loss = 0.5 * torch.max((new_value - returns) ** 2, (v_clipped - returns) ** 2).mean()
-    else:
-        v_loss = 0.5 * ((new_value - returns) ** 2).mean()
-    entropy_loss = entropy.mean()
-    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # detail 10: one combined loss
-
-    with torch.no_grad():  # detail 12: debug variables; approx_kl is the k3 estimator
-        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
-                 "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
-                 "clipfrac": ((ratio - 1.0).abs() > args.clip_coef).float().mean()}
-    return loss, stats
-
-
-def learning_rate(args, iteration, num_iterations):  # detail 4: annealed, linearly down to lr / num_iterations
-    return (1.0 - (iteration - 1.0) / num_iterations) * args.learning_rate if args.anneal_lr else args.learning_rate
-
-
-def train(args, checkpoint=None):
-    num_iterations = args.total_timesteps // (args.num_envs * args.num_steps)  # one batch an iteration
-    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1  # a resumed run goes on after its checkpoint
-    run = Run(args, checkpoint, start_iteration, num_iterations)  # run safety (below): folder, logs, checkpoints
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-    seed = args.seed + start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
-    envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
-    space = envs.single_observation_space
-    image = image_shape(space) is not None or isinstance(space, Packed)
-    nature = any(nature_sized(entry) for entry in (space.images if isinstance(space, Packed) else [space]))
-    # the Nature CNN gains from every core; an MLP or the grid CNN does not, and extra threads slow it on a busy machine
-    torch.set_num_threads(len(os.sched_getaffinity(0)) if nature else 1)
-    agent = Agent(envs, args.hidden_size, args.recurrent).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
-    # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
-    state = {"model": agent, "optimizer": optimizer}
-    reward_scaler = RewardScaler(args.num_envs, args.gamma)
-    if args.norm_reward:
-        state["return_rms"] = reward_scaler.return_rms
-
-    # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
-    obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape,
-                   dtype=np.uint8 if image else np.float32)  # frames stay uint8: a quarter of float32's memory
-    actions = np.zeros((args.num_steps, args.num_envs, len(agent.parts)), dtype=np.int64)  # an index into each part
-    masks = np.ones((args.num_steps, args.num_envs, sum(agent.parts)), dtype=bool)  # the valid actions at each step
-    logprobs, rewards, terminations, dones, valid = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-                                                     for _ in range(5))
-
-    with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
-        global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
-        next_obs, infos = envs.reset(seed=seed)
-        next_reset = np.zeros(args.num_envs, dtype=np.float32)  # the engine reset no sub-env before the first step
-        masked = args.action_mask and "action_mask" in infos  # detail: invalid-action masking (see ActionMasks)
-        next_mask = action_mask(infos, sum(agent.parts), next_reset)
-        state = agent.initial_state(args.num_envs)  # memory's state (--recurrent), carried from step to step
-        for iteration in range(start_iteration, num_iterations + 1):
-            optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
-            start_state = state  # where the update replays each sub-env's sequence from
-
-            # Rollout: num_steps steps in every sub-environment with the current policy.
-            for step in range(args.num_steps):
-                global_step += args.num_envs
-                obs[step] = next_obs
-                # NEXT_STEP autoreset: the step after an episode ended only resets that sub-env (action ignored,
-                # reward 0). It is not a real transition, so it gets valid = 0 and no weight in the update.
-                valid[step] = 1.0 - next_reset
-                masks[step] = next_mask  # kept: the update scores each action under the mask it was chosen under
-                with torch.no_grad():
-                    mask = torch.from_numpy(masks[step]).to(device) if masked else None
-                    # the state is zeroed after an autoreset row, which read the final observation of an episode
-                    hidden, state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device), state,
-                                                   torch.from_numpy(valid[step: step + 1]).to(device))
-                    action, logprob, _ = agent.policy(hidden, mask=mask)
-                actions[step] = action.cpu().numpy()
-                logprobs[step] = logprob.cpu().numpy()
-
-                next_obs, reward, terminated, truncated, infos = envs.step(env_actions(envs, actions[step]))
-                next_done = np.logical_or(terminated, truncated).astype(np.float32)
-                # the engine resets where an episode ended, except at Atari's lost life (AtariTraining): no reset
-                next_reset = next_done * (1.0 - infos["life_lost"]) if "life_lost" in infos else next_done
-                next_mask = action_mask(infos, sum(agent.parts), next_reset)
-                if args.norm_reward:
-                    reward = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
-                rewards[step] = reward
-                terminations[step] = terminated
-                dones[step] = next_done
-                if "episode" in infos:
-                    for i in np.flatnonzero(infos["_episode"]):
-                        run.log_episode(infos["episode"]["r"][i], infos["episode"]["l"][i], global_step)
-
-            # The critic is fixed during the rollout, so its values are computed in one batch afterwards:
-            # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row. With memory, under
-            # the state that reached each row: a truncated episode's final observation under its episode's state.
-            rollout = torch.from_numpy(obs).to(device), start_state, torch.from_numpy(valid).to(device)
-            values = torch.zeros((args.num_steps, args.num_envs), device=device)
-            with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
-                for group in torch.arange(args.num_envs).tensor_split(min(args.num_minibatches, args.num_envs)):
-                    hidden, _ = agent.remember(rollout[0][:, group], start_state[group], rollout[2][:, group])
-                    values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
-                hidden, _ = agent.remember(torch.from_numpy(next_obs[None].astype(obs.dtype)).to(device), state)
-                next_value = agent.critic(hidden).view(1, -1)
-            next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()
-            advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
-                                            args.gae_lambda)
-            returns = advantages + values  # detail 5: the value target is advantage + value
-
-            # Flatten the rollout into one batch, keeping the real transitions only (autoreset rows dropped).
-            b_obs, b_actions, b_masks, b_logprobs, b_advantages, b_returns, b_values = (x.to(device) for x in
-                real_transitions(valid, obs, actions, masks, logprobs, advantages, returns, values))
-
-            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of sequences in time).
-            update_stats = []
-            num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
-            for epoch in range(args.update_epochs):
-                for mb, hidden in minibatches(agent, b_obs, rollout, num_minibatches, args.sequence_length):
-                    loss, stats = ppo_loss(agent, hidden, b_actions[mb], b_masks[mb] if masked else None,
-                                           b_logprobs[mb], b_advantages[mb], b_returns[mb], b_values[mb], args)
-                    if not torch.isfinite(loss):
-                        raise FloatingPointError("loss")  # the run keeps its last complete iteration
-                    optimizer.zero_grad()
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11: global gradient clip
-                    optimizer.step()
-                    update_stats.append(stats)
-                if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
-                    break
-
-            # Logging: each statistic of the loss averaged over the update's minibatches.
-            losses = {f"losses/{name}": torch.stack([s[name] for s in update_stats]).mean().item() for name in stats}
-            var_y, lr = b_returns.var().item(), optimizer.param_groups[0]["lr"]
-            losses["losses/explained_variance"] = 1 - (b_returns - b_values).var().item() / var_y if var_y else np.nan
-            run.end_iteration(iteration, global_step, {"charts/learning_rate": lr, **losses})
-    return run.checkpoint_path
 
 
 # ==================== Run safety: nothing below changes what PPO computes ====================
@@ -802,19 +880,7 @@ def check_env(args, env_kwargs):
             rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
             env = gym.vector.SyncVectorEnv([make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None)])
     except Exception as e:  # an unknown id, arguments the env does not take, a simulator or renderer that does not load
-        kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
-        bad_input = isinstance(e, (gym.error.Error, TypeError, ValueError))  # else the env's own code failed
-        module = args.env_id.split(":")[0] if ":" in args.env_id else None
-        envpool = importlib.import_module("envpool") if importlib.util.find_spec("envpool") else None
-        hint = (f"; is {module}.py in {os.path.dirname(os.path.abspath(__file__))} or on PYTHONPATH?"
-                if f"No module named '{module}'" in str(e) else
-                "; it is one of EnvPool's envs: add --env-backend envpool"
-                if isinstance(e, gym.error.NameNotFound) and envpool and args.env_id in envpool.list_all_envs() else
-                "; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
-                if isinstance(e, gym.error.NameNotFound) and not module else
-                f"; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
-                if "MUJOCO_GL" in os.environ and not bad_input else "")
-        fail(f"cannot make env '{args.env_id}'{kwargs}: {type(e).__name__}: {first_line(e)}{hint}")
+        fail(f"cannot make env '{args.env_id}'{make_failure(args, e)}")
     actions, observations = env.single_action_space, env.single_observation_space
     with contextlib.suppress(Exception):  # a close() that fails is said when training's envs close, after the run
         env.close()
@@ -834,6 +900,29 @@ def check_env(args, env_kwargs):
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; {SCRIPT} needs one that flattens "
              "into a vector, or a Dict with an image (make one in a wrapper)")
     return observations
+
+
+def make_failure(args, error):
+    """What went wrong when the env was made: the error, where the env's own code raised it, and a hint."""
+    kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
+    said = f"{kwargs}: {type(error).__name__}" + (f": {first_line(error)}" if str(error) else "")
+    ours = (os.path.dirname(gym.__file__), os.path.abspath(__file__), "<frozen ")  # not the env's own
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith(ours)]
+    if frames:  # the env's own code (or a package it calls)
+        said += f" (raised at {frames[-1].filename}, line {frames[-1].lineno})"
+    module = args.env_id.split(":")[0] if ":" in args.env_id else None
+    envpool = importlib.import_module("envpool") if importlib.util.find_spec("envpool") else None
+    if f"No module named '{module}'" in str(error):
+        return f"{said}; is {module}.py in {os.path.dirname(os.path.abspath(__file__))} or on PYTHONPATH?"
+    if isinstance(error, gym.error.NameNotFound) and envpool and args.env_id in envpool.list_all_envs():
+        return f"{said}; it is one of EnvPool's envs: add --env-backend envpool"
+    if isinstance(error, gym.error.NameNotFound) and not module:
+        return f"{said}; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
+    text = " ".join([str(error), *(frame.filename for frame in frames)])
+    renderer = re.search(r"\begl|osmesa|glfw|opengl", text, re.IGNORECASE)
+    if renderer and "MUJOCO_GL" in os.environ:  # the renderer's own failure (EGL, OSMesa, GLFW, OpenGL)
+        return f"{said}; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
+    return said
 
 
 def load_checkpoint(path):
@@ -874,6 +963,8 @@ def load_checkpoint(path):
 def restore(checkpoint, state, env_id):
     """Each object of `state` from its entry in the checkpoint: one line if an entry is missing or does not fit."""
     for name, obj in state.items():
+        if name == "return_rms" and name not in checkpoint and not checkpoint["args"].get("norm_reward"):
+            continue  # every checkpoint saves it now; an older one of a run without --norm-reward has none: fresh
         try:
             shapes = {key: value.shape for key, value in obj.state_dict().items() if torch.is_tensor(value)}
             obj.load_state_dict(checkpoint[name])
@@ -915,7 +1006,7 @@ class CheckedEnvs(gym.vector.VectorWrapper):
     """The env's exceptions become EnvError; non-finite observations or rewards, FloatingPointError; action masks that
     leave no valid action, EnvError. The first mask says where the env's masks come from."""
 
-    def __init__(self, envs, use_masks=True):
+    def __init__(self, envs, use_masks):
         super().__init__(envs)
         self.use_masks, self.masks_said = use_masks, False
 
@@ -962,38 +1053,6 @@ class CheckedEnvs(gym.vector.VectorWrapper):
                 raise EnvError(f"gave an action mask with no valid action{where}")
 
 
-class ActionMasks(gym.Wrapper):
-    """Invalid-action masks given another way reach train() as info["action_mask"], as gymnasium's Taxi-v4 gives them:
-    an "action_mask" entry of a Dict observation (PettingZoo's games; taken out of the observation, and the Dict
-    unwrapped if one entry is left) or an action_masks() method (sb3-contrib's), called after each reset and step."""
-
-    def __init__(self, env):
-        super().__init__(env)
-        space = env.observation_space
-        self.keys = [key for key in space.spaces if key != "action_mask"] if self.in_observation(env) else []
-        if self.keys:
-            rest = gym.spaces.Dict({key: space[key] for key in self.keys})
-            self.observation_space = rest[self.keys[0]] if len(self.keys) == 1 else rest
-        self.mask_source = "the observation's 'action_mask' entry" if self.keys else "the env's action_masks() method"
-
-    @staticmethod
-    def in_observation(env):
-        return isinstance(env.observation_space, gym.spaces.Dict) and "action_mask" in env.observation_space.spaces
-
-    def reset(self, **kwargs):
-        return self.with_mask(*self.env.reset(**kwargs))
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        obs, info = self.with_mask(obs, info)
-        return obs, reward, terminated, truncated, info
-
-    def with_mask(self, obs, info):
-        if not self.keys:
-            return obs, {**info, "action_mask": np.asarray(self.env.get_wrapper_attr("action_masks")())}
-        rest = obs[self.keys[0]] if len(self.keys) == 1 else {key: obs[key] for key in self.keys}
-        return rest, {**info, "action_mask": obs["action_mask"]}
-
 
 class StreamedVideo(gym.wrappers.RecordVideo):
     """gymnasium's RecordVideo (1.4.0), but each frame goes to the file as it is rendered: RecordVideo holds an
@@ -1039,7 +1098,7 @@ class Run:
                   f"{self.total_timesteps:,} steps")  # a number given (not a default), cut to batches
         if checkpoint and args.anneal_lr and self.total_timesteps > saved["total_timesteps"] // batch * batch:
             print(f"extending the run to {self.total_timesteps:,} steps: the learning rate follows that longer run's "
-                  f"schedule, {learning_rate(args, start_iteration, num_iterations):.3g} from here")
+                  f"schedule, {learning_rate(args, (start_iteration - 1.0) / num_iterations):.3g} from here")
         self.name, self.dir, self.lock = open_run_folder(args, checkpoint)
         self.checkpoint_path, self.finished = os.path.join(self.dir, "checkpoint.pt"), False  # finished: see save()
         if checkpoint and os.path.exists(self.checkpoint_path):  # read again under the lock: another process may have
@@ -1223,7 +1282,8 @@ def evaluate(args, checkpoint):
         mask = torch.from_numpy(action_mask(infos, sum(agent.parts), np.zeros(1))) if given else None
         with torch.no_grad():
             hidden, state = agent.remember(obs, state)
-            action = agent.policy(hidden, mask=mask)[0] if args.eval_sample else agent.act_deterministic(hidden, mask)
+            logits = agent.actor(hidden)
+            action = agent.policy(logits, mask=mask)[0] if args.eval_sample else agent.act_deterministic(logits, mask)
         action = env_actions(envs, action.numpy())
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
