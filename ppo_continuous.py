@@ -3,11 +3,23 @@
     python ppo_continuous.py --env-id Humanoid-v5
     tensorboard --logdir runs
 
-Above the "Run safety" banner, PPO in the order the data flows: arguments, environments, agent, normalization,
-GAE, loss, and train() with the rollout, GAE and update as visible loops. "detail N" names the implementation
-details of "The 37 Implementation Details of PPO" (Huang et al., 2022), "continuous detail N" the 9 for continuous
-actions. Gymnasium 1.x autoresets NEXT_STEP: the rows autoreset makes are dropped from the update.
+Three parts, each opened by a banner line:
+- PPO core: Args, the envs, the Agent, normalization, GAE, the loss and train() (the rollout, GAE and update as visible
+  loops), in the order the data flows. "detail N" names the implementation details of "The 37 Implementation Details
+  of PPO" (Huang et al., 2022), "continuous detail N" the 9 for continuous actions. Plain PPO on vectors (MuJoCo) runs
+  through this part alone.
+- Capabilities: what the core calls only for images, Dict observations, EnvPool, memory (--recurrent), and the
+  defaults table. Skip what your env does not use.
+- Run safety: checks, checkpoints, the run folder, fault messages, progress, evaluation. Nothing there changes what PPO
+  computes.
+Where a change goes:
+- a network: Agent.__init__ (the actor's output, the mean, is agent.actor(hidden); Agent.policy reads it);
+- a loss term: ppo_loss (it gets the minibatch as a dict; each statistic it returns is logged as losses/<name>);
+- a schedule: one entry of `coefs` in train() (logged as charts/<name>; ppo_loss reads coefs[name]);
+- a piece of state: train()'s `state` (checkpointed and resumed); rollout data: a buffer in train(), then `batch`.
+Gymnasium 1.x autoresets NEXT_STEP: the step after an episode ends is not a transition and has no weight in the update.
 """
+
 
 import contextlib
 import copy
@@ -44,16 +56,15 @@ import tyro
 from torch.utils.tensorboard import SummaryWriter
 
 
+# ==================== PPO core: arguments, envs, agent, normalization, GAE, loss, train() ====================
+
+
 @dataclass
 class Args:
-    """PPO for Box actions: `python ppo_continuous.py --env-id Humanoid-v5`, then `tensorboard --logdir runs`; each
-    run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Images (uint8, (H, W), (C, H, W) or
-    (H, W, C)) of 36 x 36 or more (CarRacing-v3) go to a Nature CNN, unnormalized, and flags not given take
-    IMAGE_DEFAULTS, CleanRL's Atari update (on CarRacing-v3 the MuJoCo one overshoots): learning-rate 2.5e-4, gae-lambda
-    0.95, num-minibatches 4, update-epochs 4, clip-coef 0.1, ent-coef 0.01, vf-coef 0.5, eval-sample; smaller ones go to
-    a grid CNN with the defaults below. A Dict with images (a camera beside joints): a CNN each, the other entries
-    beside them, normalized (a text entry left out), the defaults by the same rule. CleanRL's MuJoCo settings:
-    --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
+    """PPO for Box actions. Each run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Flags not
+    given follow the env where a table says so: IMAGE_DEFAULTS for images of 36 x 36 or more (CarRacing-v3;
+    Capabilities part). CleanRL's MuJoCo settings: --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0
+    --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -62,7 +73,7 @@ class Args:
     torch_deterministic: bool = True
     """if toggled, sets `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = False
-    """if toggled, train on the GPU when there is one (off by default: slower for MLPs; Pong's CNN: up to 2x faster)"""
+    """if toggled, train on the GPU when there is one (off by default: an MLP trains faster on the CPU)"""
     track: bool = False
     """if toggled, also log to Weights and Biases (needs `pip install wandb`)"""
     wandb_project_name: str = "ppo-single-file"
@@ -117,11 +128,11 @@ class Args:
     norm_reward: bool = True
     """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10]"""
     hidden_size: int = 64
-    """the width of the two hidden layers of the actor and of the critic (a Nature CNN alone: linear heads on 512)"""
+    """the width of the two tanh layers of the actor and of the critic (after a Nature CNN: none, linear heads)"""
     init_log_std: float = -1.0
     """the log std the policy starts with (std 0.37; -0.5 suits Hopper, Walker2d, BipedalWalker and most DMC tasks)"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
-    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; 2.0x slower on Humanoid-v5"""
+    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder (the README gives its cost)"""
     sequence_length: int = 0
     """with memory, the update replays sequences of this many steps (dividing num_steps), each from its first state
     as the weights of the epoch's start compute it, no gradient through it (faster); 0: each sub-env's whole rollout"""
@@ -139,19 +150,6 @@ class Args:
     eval_sample: bool = False
     """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically
     (on for images, IMAGE_DEFAULTS: a deterministic Atari or CarRacing policy can repeat one failing play)"""
-
-
-IMAGE_DEFAULTS = {"learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4, "update_epochs": 4,
-                  "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5, "eval_sample": True}  # CleanRL's Atari update
-
-
-def env_defaults(args, observations):
-    """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) take IMAGE_DEFAULTS (the
-    command line parsed again over them, so flags given still win). Applied before the arguments are checked."""
-    entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
-    if any(nature_sized(entry) for entry in entries):
-        return tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
-    return args
 
 
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
@@ -172,23 +170,347 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None):
     if args.capture_video:
         os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # else pygame says XDG_RUNTIME_DIR is invalid
     # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP, as EnvPool's
-    if args.env_backend == "envpool":  # its threads step the sub-envs; seeded when made (its reset ignores a seed)
-        import envpool  # the optional engine: pip install envpool==1.2.5
-        warnings.filterwarnings("ignore", "EnvPool seeds are fixed|.*precision lowered by casting")  # its own notes
-        threads = min(args.env_threads or len(os.sched_getaffinity(0)), num_envs)
-        envs = envpool.make_gymnasium(args.env_id, num_envs=num_envs, seed=seed, num_threads=threads)
-        envs = gym.vector.VectorWrapper(envs)  # EnvPool names the single space where gymnasium names the batched one
-        envs.observation_space = gym.vector.utils.batch_space(envs.single_observation_space, num_envs)
+    if args.env_backend == "envpool":
+        envs = envpool_envs(args, num_envs, seed)  # (Capabilities) EnvPool's C++ threads step the sub-envs
     else:
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
                                                   video_folder, film_first) for i in range(num_envs)])
     space = envs.single_observation_space  # Dict (DMC's position, velocity, ...) and Tuple: one vector, in key order
     if isinstance(space, gym.spaces.Dict) and any(image_shape(entry) for entry in space.values()):
-        envs = DictObservations(envs)  # an image beside other entries (a camera and joints): one row of bytes
+        envs = DictObservations(envs)  # (Capabilities) an image beside other entries (a camera, joints): one row
     elif not image_shape(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
         envs = gym.wrappers.vector.FlattenObservation(envs)  # Discrete: one-hot
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns
     return CheckedEnvs(envs)  # run safety (below): the env's exceptions and non-finite numbers get one line
+
+
+def layer_init(layer, std=np.sqrt(2)):
+    torch.nn.init.orthogonal_(layer.weight, std)  # detail 2: orthogonal init, zero biases (the memory keeps torch's)
+    torch.nn.init.constant_(layer.bias, 0.0)
+    return layer
+
+
+def mlp(inputs, hidden_sizes, outputs, std):
+    """Tanh layers of hidden_sizes, then a linear output layer initialized with gain std (no hidden layer: it alone)."""
+    if not hidden_sizes:
+        return layer_init(nn.Linear(inputs, outputs), std=std)
+    layers, width = [], inputs
+    for size in hidden_sizes:
+        layers += [layer_init(nn.Linear(width, size)), nn.Tanh()]
+        width = size
+    return nn.Sequential(*layers, layer_init(nn.Linear(width, outputs), std=std))
+
+
+class Agent(nn.Module):
+    def __init__(self, envs, args):
+        super().__init__()
+        space, action_dim = envs.single_observation_space, int(np.prod(envs.single_action_space.shape))
+        # continuous detail 2: a state-independent log standard deviation, a learned parameter
+        self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(args.init_log_std)))
+        self.encoder = encoder_for(space)  # (Capabilities) a CNN for images and Dicts; None: vectors as they are
+        features = self.encoder.features if self.encoder else int(np.prod(space.shape))
+        # memory (--recurrent): an LSTM or GRU layer after the encoder, for both heads (128 units after a Nature CNN)
+        layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[args.recurrent]
+        self.memory = layer(features, 128 if nature_sized(space) else args.hidden_size) if layer else None
+        features = self.memory.hidden_size if self.memory else features
+        # detail 13 / continuous detail 4: separate actor and critic networks, two tanh layers each (64-64 by default);
+        # after a Nature CNN none (linear heads on its 512 features, or on the memory's 128)
+        hidden_sizes = [] if nature_sized(space) else [args.hidden_size, args.hidden_size]
+        self.critic = mlp(features, hidden_sizes, 1, std=1.0)
+        self.actor = mlp(features, hidden_sizes, action_dim, std=0.01)  # the mean of each action dimension
+
+    def encode(self, x):
+        return x if self.encoder is None else self.encoder(x)
+
+    def initial_state(self, num_envs):
+        """The memory's state of each sub-env at an episode's start: zeros (LSTM: h and c side by side; none: empty)."""
+        size = 0 if self.memory is None else self.memory.hidden_size * (2 if isinstance(self.memory, nn.LSTM) else 1)
+        return torch.zeros(num_envs, size, device=next(self.parameters()).device)
+
+    def remember(self, x, state, keep=None):
+        """Features of observations x [T, N, ...], as [T * N, features]. With memory, each sub-env's rows in time order
+        from its state [N, S], zeroed after each row where keep [T, N] is 0 (an episode's end; None: no end): no state
+        crosses an episode. Returns the features and the state after the last row (no memory: the state as it was)."""
+        hidden = self.encode(x.flatten(0, 1))
+        if self.memory is None:
+            return hidden, state
+        return replay(self.memory, hidden.view(*x.shape[:2], -1), state, keep)  # (Capabilities)
+
+    def policy(self, mean, action=None):
+        """The policy at the actor's output, the mean: an action (sampled unless given), its log-probability, the
+        entropy."""
+        # continuous detail 1: a normal distribution N(mean(x), std) for each action dimension
+        log_std = self.actor_logstd.expand_as(mean)
+        std = log_std.exp()
+        if action is None:
+            action = mean + std * torch.randn_like(mean)
+        # continuous detail 3: independent dimensions, so log-probabilities and entropies are summed over dimensions
+        logprob = (-0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return action, logprob, (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
+
+
+class RunningMeanStd(gym.wrappers.utils.RunningMeanStd):
+    """gymnasium's running mean and variance (Chan et al.'s parallel formula), with a state for checkpoints."""
+
+    def state_dict(self):
+        return {"mean": torch.tensor(self.mean), "var": torch.tensor(self.var), "count": float(self.count)}
+
+    def load_state_dict(self, state):
+        self.mean, self.var, self.count = state["mean"].numpy().copy(), state["var"].numpy().copy(), state["count"]
+
+
+def normalize_obs(obs, obs_rms, enabled, update, floats=None):
+    """Continuous details 6 and 7: observation normalization with statistics shared by all sub-envs, then clip.
+    update=False uses the statistics without changing them (evaluation). floats: of a Dict's rows (DictObservations),
+    the float entries that lead each row, the only part normalized (detail 6 is for vectors: images are not)."""
+    if floats is not None:
+        vector = normalize_obs(obs[:, : 4 * floats].view(np.float32), obs_rms, enabled, update)
+        return np.concatenate([vector.view(np.uint8), obs[:, 4 * floats:]], axis=1)
+    if not enabled:
+        return obs if obs.ndim > 2 else obs.astype(np.float32)  # a batch of images (any other is flat) stays uint8
+    if update:
+        obs_rms.update(obs)
+    return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
+
+
+class RewardScaler:
+    """Continuous details 8 and 9: divide rewards by the running std of the discounted return (no mean
+    subtracted), then clip. Each sub-env's discounted return restarts at every episode end, truncation included."""
+
+    def __init__(self, num_envs, gamma):
+        self.return_rms = RunningMeanStd()
+        self.discounted_return = np.zeros(num_envs, np.float64)
+        self.gamma = gamma
+
+    def scale(self, reward, real, done):
+        """reward, real (the step is a transition, not an autoreset), done (the step ended an episode): [num_envs]."""
+        self.discounted_return = self.discounted_return * self.gamma + reward
+        if real.any():
+            self.return_rms.update(self.discounted_return[real])
+        self.discounted_return[done] = 0.0
+        return np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -10.0, 10.0)
+
+
+def gae_lambda_for(action_space, given):
+    """Unless given: lower lambda for more action dimensions, a rule fitted on this project's MuJoCo screens
+    (benchmarks/results/README.md, "Why GAE's λ splits"): Humanoid-v5 learns at 0.8, Hopper-v5 at 0.95."""
+    return given if given is not None else min(0.95, max(0.8, 1.0 - int(np.prod(action_space.shape)) / 80))
+
+
+def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
+    """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout, each column (sub-env) its own
+    sequence. values[t] is V(obs[t]); next_values[t] is V of the observation after step t, which under NEXT_STEP
+    autoreset is the true final observation of an episode that step t ended: the bootstrap a truncation (time limit)
+    needs. A termination has no future (no bootstrap); any episode end stops the recursion between episodes."""
+    advantages = np.zeros_like(rewards)
+    last_advantage = np.zeros(rewards.shape[1], dtype=rewards.dtype)
+    for t in reversed(range(rewards.shape[0])):
+        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
+        last_advantage = delta + gamma * gae_lambda * (1.0 - dones[t]) * last_advantage
+        advantages[t] = last_advantage
+    return advantages
+
+
+def real_transitions(valid, **rollout):
+    """Flatten [num_steps, num_envs] rollout arrays into one batch (a dict of tensors) of the rows with valid == 1.
+    Rows with valid == 0 are NEXT_STEP autoreset steps, not transitions: no weight at all in the update."""
+    keep = valid.reshape(-1) > 0
+    return {name: torch.from_numpy(x.reshape((-1,) + x.shape[2:])[keep]) for name, x in rollout.items()}
+
+
+def ppo_loss(agent, hidden, mb, coefs, args):
+    """The clipped PPO loss on one minibatch of real transitions (their features `hidden`; `mb`: the batch's rows),
+    and its statistics. coefs: this iteration's coefficients (see train())."""
+    _, new_logprob, entropy = agent.policy(agent.actor(hidden), mb["actions"])
+    new_value = agent.critic(hidden).view(-1)
+    logratio = new_logprob - mb["logprobs"]
+    ratio = logratio.exp()
+
+    advantages = mb["advantages"]
+    if args.norm_adv:  # detail 7: normalize advantages per minibatch
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+    # detail 8: clipped surrogate objective. The ratio pi_new/pi_old is clipped to [1-eps, 1+eps] and the
+    # pessimistic (larger) of the two losses is taken, so pushing the ratio past the clip never pays.
+    clip = coefs["clip_coef"]
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip, 1 + clip)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    returns, old_values = mb["returns"], mb["values"]
+    if args.clip_vloss:  # detail 9: value loss clipped around the rollout's value estimate
+        v_clipped = old_values + torch.clamp(new_value - old_values, -clip, clip)
+        v_loss = 0.5 * torch.max((new_value - returns) ** 2, (v_clipped - returns) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((new_value - returns) ** 2).mean()
+    entropy_loss = entropy.mean()
+    loss = pg_loss - coefs["ent_coef"] * entropy_loss + v_loss * coefs["vf_coef"]  # detail 10: one combined loss
+
+    with torch.no_grad():  # detail 12: debug variables; approx_kl is the k3 estimator
+        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
+                 "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
+                 "clipfrac": ((ratio - 1.0).abs() > clip).float().mean()}
+    return loss, stats
+
+
+def learning_rate(args, progress):  # detail 4: annealed linearly; progress: (iteration - 1) / num_iterations
+    return (1.0 - progress) * args.learning_rate if args.anneal_lr else args.learning_rate
+
+
+def train(args, checkpoint=None):
+    num_iterations = args.total_timesteps // (args.num_envs * args.num_steps)  # one batch an iteration
+    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1  # a resumed run goes on after its checkpoint
+    run = Run(args, checkpoint, start_iteration, num_iterations)  # run safety (below): folder, logs, checkpoints
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    seed = args.seed + start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
+    envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
+    space = envs.single_observation_space
+    floats = space.floats if isinstance(space, Packed) else None  # a Dict's float entries, normalized without images
+    norm_obs = args.norm_obs and not image_shape(space)  # continuous detail 6 is for vectors: images are scaled by CNNs
+    torch.set_num_threads(torch_threads(space))  # (Capabilities) every core for a Nature CNN
+    args.gae_lambda = gae_lambda_for(envs.single_action_space, args.gae_lambda)  # kept by checkpoints from here on
+    agent = Agent(envs, args).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
+    obs_rms = RunningMeanStd(shape=space.shape if floats is None else (floats,))
+    reward_scaler = RewardScaler(args.num_envs, args.gamma)
+    # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
+    state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
+
+    # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
+    obs = np.zeros((args.num_steps, args.num_envs) + space.shape, dtype=buffer_dtype(space))  # images stay uint8
+    actions = np.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, dtype=np.float32)
+    logprobs, rewards, terminations, dones, valid = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+                                                     for _ in range(5))
+    low, high = envs.single_action_space.low, envs.single_action_space.high
+
+    with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
+        global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
+        next_obs, _ = envs.reset(seed=seed)
+        next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True, floats=floats)
+        next_done = np.zeros(args.num_envs, dtype=np.float32)
+        state = agent.initial_state(args.num_envs)  # memory's state (--recurrent), carried from step to step
+        for iteration in range(start_iteration, num_iterations + 1):
+            # What changes per iteration, each logged as charts/<name>: the learning rate and the loss's coefficients.
+            # A schedule of your own is one entry here, e.g. "ent_coef": args.ent_coef * (1.0 - progress).
+            progress = (iteration - 1.0) / num_iterations  # of the run: 0 at its start
+            coefs = {"learning_rate": learning_rate(args, progress), "clip_coef": args.clip_coef,
+                     "ent_coef": args.ent_coef, "vf_coef": args.vf_coef}
+            optimizer.param_groups[0]["lr"] = coefs["learning_rate"]
+            start_state = state  # where the update replays each sub-env's sequence from
+
+            # Rollout: num_steps steps in every sub-environment with the current policy.
+            for step in range(args.num_steps):
+                global_step += args.num_envs
+                obs[step] = next_obs
+                # NEXT_STEP autoreset: the step after an episode ended only resets that sub-env (action ignored,
+                # reward 0). It is not a real transition, so it gets valid = 0 and no weight in the update.
+                valid[step] = 1.0 - next_done
+                with torch.no_grad():
+                    # the state is zeroed after an autoreset row, which read the final observation of an episode
+                    hidden, state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device), state,
+                                                   torch.from_numpy(valid[step: step + 1]).to(device))
+                    action, logprob, _ = agent.policy(agent.actor(hidden))
+                actions[step] = action.cpu().numpy()
+                logprobs[step] = logprob.cpu().numpy()
+
+                # continuous detail 5: the env gets the action clipped to its bounds; the buffer keeps the sampled one
+                next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], low, high))
+                next_done = np.logical_or(terminated, truncated).astype(np.float32)
+                next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True, floats=floats)
+                if args.norm_reward:
+                    reward = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
+                rewards[step] = reward
+                terminations[step] = terminated
+                dones[step] = next_done
+                if "episode" in infos:
+                    for i in np.flatnonzero(infos["_episode"]):
+                        run.log_episode(infos["episode"]["r"][i], infos["episode"]["l"][i], global_step)
+
+            # The critic is fixed during the rollout, so its values are computed in one batch afterwards:
+            # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row. With memory, under
+            # the state that reached each row: a truncated episode's final observation under its episode's state.
+            rollout_obs, rollout_valid = torch.from_numpy(obs).to(device), torch.from_numpy(valid).to(device)
+            values = torch.zeros((args.num_steps, args.num_envs), device=device)
+            with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
+                for group in torch.arange(args.num_envs).tensor_split(min(args.num_minibatches, args.num_envs)):
+                    hidden, _ = agent.remember(rollout_obs[:, group], start_state[group], rollout_valid[:, group])
+                    values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
+                hidden, _ = agent.remember(torch.from_numpy(next_obs[None]).to(device), state)
+                next_value = agent.critic(hidden).view(1, args.num_envs)
+            next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()
+            advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
+                                            args.gae_lambda)
+            returns = advantages + values  # detail 5: the value target is advantage + value
+
+            # Flatten the rollout into one batch, keeping the real transitions only (autoreset rows dropped).
+            batch = real_transitions(valid, obs=obs, actions=actions, logprobs=logprobs, advantages=advantages,
+                                     returns=returns, values=values)
+            batch = {name: x.to(device) for name, x in batch.items()}
+            b_obs = batch.pop("obs")  # the rest is what the loss reads
+
+            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of sequences in time).
+            update_stats = []
+            num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
+            for epoch in range(args.update_epochs):
+                if agent.memory is None:  # detail 6: a fresh shuffle each epoch; the minibatches cover the batch
+                    order = torch.randperm(len(b_obs), device=device)
+                    minibatches = ((mb, agent.encode(b_obs[mb])) for mb in order.tensor_split(num_minibatches))
+                else:  # (Capabilities) sequences in time, each replayed from its first state
+                    minibatches = sequence_minibatches(agent, rollout_obs, start_state, rollout_valid,
+                                                       num_minibatches, args.sequence_length)
+                for mb, hidden in minibatches:  # hidden: the minibatch's features (an image's CNN runs once)
+                    loss, stats = ppo_loss(agent, hidden, {name: x[mb] for name, x in batch.items()}, coefs, args)
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError("loss")  # the run keeps its last complete iteration
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11: global gradient clip
+                    optimizer.step()
+                    update_stats.append(stats)
+                if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
+                    break
+
+            # Logging: each statistic of the loss averaged over the update's minibatches, and this iteration's coefs.
+            losses = {f"losses/{name}": torch.stack([s[name] for s in update_stats]).mean().item() for name in stats}
+            var_y = batch["returns"].var().item()
+            explained = 1 - (batch["returns"] - batch["values"]).var().item() / var_y if var_y else np.nan
+            charts = {f"charts/{name}": value for name, value in coefs.items()}
+            run.end_iteration(iteration, global_step, {**charts, **losses, "losses/explained_variance": explained})
+    return run.checkpoint_path
+
+
+# ==================== Capabilities: images, Dict observations, EnvPool, memory, the defaults table ====================
+# The core calls these only for the envs that need them; a reader of plain PPO on vectors may skip to Run safety.
+
+# The defaults table: flags not given follow the env (env_defaults, applied before the arguments are checked).
+IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
+                  "update_epochs": 4, "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5,
+                  "eval_sample": True}  # CleanRL's Atari update and budget (on CarRacing-v3 the MuJoCo one overshoots)
+
+
+def env_defaults(args, observations):
+    """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) take IMAGE_DEFAULTS (the
+    command line parsed again over them, so flags given still win)."""
+    entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
+    if any(nature_sized(entry) for entry in entries):
+        return tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
+    return args
+
+
+def envpool_envs(args, num_envs, seed):
+    """EnvPool's vector env (pip install envpool==1.2.5): its C++ threads step the sub-envs; seeded when made (its
+    reset ignores a seed)."""
+    import envpool
+
+    warnings.filterwarnings("ignore", "EnvPool seeds are fixed|.*precision lowered by casting")  # its own notes
+    threads = min(args.env_threads or len(os.sched_getaffinity(0)), num_envs)
+    envs = envpool.make_gymnasium(args.env_id, num_envs=num_envs, seed=seed, num_threads=threads)
+    envs = gym.vector.VectorWrapper(envs)  # EnvPool names the single space where gymnasium names the batched one
+    envs.observation_space = gym.vector.utils.batch_space(envs.single_observation_space, num_envs)
+    return envs
 
 
 def image_shape(space):
@@ -205,6 +527,18 @@ def nature_sized(space):
     """An image for the Nature CNN: 36 x 36 or more (Atari's 84 x 84); smaller ones (MiniGrid's 7 x 7) go to GridCNN."""
     image = image_shape(space)
     return image is not None and min(image[1:]) >= 36
+
+
+def buffer_dtype(space):
+    """The rollout buffer's type: images (and DictObservations' rows) stay uint8, a quarter of float32's memory."""
+    return np.uint8 if image_shape(space) is not None or isinstance(space, Packed) else np.float32
+
+
+def torch_threads(space):
+    """The Nature CNN gains from every core; an MLP or the grid CNN does not, and extra threads slow it on a busy
+    machine."""
+    entries = space.images if isinstance(space, Packed) else [space]
+    return len(os.sched_getaffinity(0)) if any(nature_sized(entry) for entry in entries) else 1
 
 
 def is_text(key, space):
@@ -248,12 +582,6 @@ class DictObservations(gym.vector.VectorObservationWrapper):
         floats = np.concatenate([np.zeros((self.num_envs, 0)), *vectors], axis=1).astype(np.float32)
         images = [np.asarray(observations[key]).reshape(self.num_envs, -1) for key in self.images]
         return np.concatenate([floats.view(np.uint8), *images], axis=1)
-
-
-def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
-    torch.nn.init.orthogonal_(layer.weight, std)  # detail 2: orthogonal init, zero biases
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
 
 
 class NatureCNN(nn.Sequential):
@@ -310,185 +638,44 @@ class DictEncoder(nn.Module):
         return torch.cat(features, dim=1)
 
 
-class Agent(nn.Module):
-    def __init__(self, envs, hidden_size=64, init_log_std=-1.0, recurrent="none"):
-        super().__init__()
-        space, action_dim = envs.single_observation_space, int(np.prod(envs.single_action_space.shape))
-        # continuous detail 2: a state-independent log standard deviation, a learned parameter
-        self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
-        image = image_shape(space)
-        nature = nature_sized(space)
-        if nature:  # Atari details: one Nature CNN shared by actor and critic, a linear head each (after memory)
-            self.encoder = NatureCNN(*image)
-        else:  # a Dict with images, or a small grid: an encoder for the MLPs below (vectors go to them as they are)
-            self.encoder = DictEncoder(space) if isinstance(space, Packed) else GridCNN(*image) if image else None
-        obs_dim = self.encoder.features if self.encoder else int(np.prod(space.shape))
-        # memory (--recurrent): an LSTM or GRU layer after the encoder, for both heads (128 units after a Nature CNN)
-        layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[recurrent]
-        self.memory = layer(obs_dim, 128 if nature else hidden_size) if layer else None
-        obs_dim = self.memory.hidden_size if self.memory else obs_dim
-        if nature:
-            self.critic = layer_init(nn.Linear(obs_dim, 1), std=1.0)
-            self.actor_mean = layer_init(nn.Linear(obs_dim, action_dim), std=0.01)
-            return
-        # detail 13 / continuous detail 4: separate actor and critic networks, two tanh layers (64-64 by default)
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)),
-            nn.Tanh(),
-            layer_init(nn.Linear(hidden_size, hidden_size)),
-            nn.Tanh(),
-            layer_init(nn.Linear(hidden_size, 1), std=1.0),
-        )
-        self.actor_mean = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)),
-            nn.Tanh(),
-            layer_init(nn.Linear(hidden_size, hidden_size)),
-            nn.Tanh(),
-            layer_init(nn.Linear(hidden_size, action_dim), std=0.01),
-        )
-
-    def encode(self, x):
-        return x if self.encoder is None else self.encoder(x)
-
-    def initial_state(self, num_envs):
-        """The memory's state of each sub-env at an episode's start: zeros (LSTM: h and c side by side; none: empty)."""
-        size = 0 if self.memory is None else self.memory.hidden_size * (2 if isinstance(self.memory, nn.LSTM) else 1)
-        return torch.zeros(num_envs, size, device=next(self.parameters()).device)
-
-    def remember(self, x, state, keep=None):
-        """Features of observations x [T, N, ...], as [T * N, features]. With memory, each sub-env's rows in time order
-        from its state [N, S], zeroed after each row where keep [T, N] is 0 (an episode's end; None: no end): no state
-        crosses an episode. Returns the features and the state after the last row (no memory: the state as it was)."""
-        hidden = self.encode(x.flatten(0, 1))
-        if self.memory is None:
-            return hidden, state
-        # each sub-env's rows cut into episodes, run at once as one packed batch (a loop over rows: ~30x slower)
-        steps, n = x.shape[:2]
-        keep = torch.ones(steps, n, device=x.device) if keep is None else keep
-        starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
-        sequence = starts.cumsum(0).long() - 1  # each row's episode
-        lengths = torch.bincount(sequence).cpu()
-        rows = hidden.view(steps, n, -1).transpose(0, 1).flatten(0, 1).split(lengths.tolist())
-        initial = hidden.new_zeros(1, len(lengths), state.shape[1])
-        initial[0, sequence[::steps]] = state  # a sub-env's first episode goes on from its state, the others from 0
-        lstm = isinstance(self.memory, nn.LSTM)  # its state: h and c side by side
-        out, final = self.memory(nn.utils.rnn.pack_sequence(rows, enforce_sorted=False),
-                                 initial.chunk(2, dim=2) if lstm else initial)
-        out = torch.cat(nn.utils.rnn.unpad_sequence(nn.utils.rnn.pad_packed_sequence(out)[0], lengths))
-        final = (torch.cat(final, dim=2) if lstm else final)[0, sequence[steps - 1:: steps]]
-        return out.view(n, steps, -1).transpose(0, 1).flatten(0, 1), final * keep[-1].unsqueeze(1)
-
-    def policy(self, hidden, action=None):
-        """The policy at encoded observations: an action (sampled unless given), its log-probability, the entropy."""
-        # continuous detail 1: a normal distribution N(mean(x), std) for each action dimension
-        mean = self.actor_mean(hidden)
-        log_std = self.actor_logstd.expand_as(mean)
-        std = log_std.exp()
-        if action is None:
-            action = mean + std * torch.randn_like(mean)
-        # continuous detail 3: independent dimensions, so log-probabilities and entropies are summed over dimensions
-        logprob = (-0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        return action, logprob, (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
-
-    def act_deterministic(self, hidden):  # for evaluation: the most probable action, the mean
-        return self.actor_mean(hidden)
+def encoder_for(space):
+    """The Agent's encoder: the Nature CNN (Atari details: shared by actor and critic) for an image of 36 x 36 or
+    more, DictEncoder for a Dict with images, GridCNN for a smaller image; None for a vector (the MLPs read it)."""
+    if nature_sized(space):
+        return NatureCNN(*image_shape(space))
+    if isinstance(space, Packed):
+        return DictEncoder(space)
+    return GridCNN(*image_shape(space)) if image_shape(space) else None
 
 
-class RunningMeanStd:
-    """Mean and variance of everything seen so far, updated batch by batch (Chan et al.'s parallel formula)."""
-
-    def __init__(self, shape=()):
-        self.mean = np.zeros(shape, np.float64)
-        self.var = np.ones(shape, np.float64)
-        self.count = 1e-4
-
-    def update(self, batch):
-        batch_mean, batch_var, batch_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
-        delta = batch_mean - self.mean
-        total = self.count + batch_count
-        self.mean = self.mean + delta * batch_count / total
-        self.var = (self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total)
-        self.var /= total
-        self.count = total
-
-    def state_dict(self):
-        return {"mean": torch.tensor(self.mean), "var": torch.tensor(self.var), "count": float(self.count)}
-
-    def load_state_dict(self, state):
-        self.mean, self.var, self.count = state["mean"].numpy().copy(), state["var"].numpy().copy(), state["count"]
+def replay(memory, hidden, state, keep=None):
+    """The memory (an LSTM or GRU) over features hidden [T, N, F] (see Agent.remember): each sub-env's rows cut into
+    episodes and run at once as one packed batch (a loop over rows is much slower). Returns [T * N, units] and the
+    state after the last row."""
+    steps, n = hidden.shape[:2]
+    keep = torch.ones(steps, n, device=hidden.device) if keep is None else keep
+    starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
+    sequence = starts.cumsum(0).long() - 1  # each row's episode
+    lengths = torch.bincount(sequence).cpu()
+    rows = hidden.transpose(0, 1).flatten(0, 1).split(lengths.tolist())
+    initial = hidden.new_zeros(1, len(lengths), state.shape[1])
+    initial[0, sequence[::steps]] = state  # a sub-env's first episode goes on from its state, the others from 0
+    lstm = isinstance(memory, nn.LSTM)  # its state: h and c side by side
+    out, final = memory(nn.utils.rnn.pack_sequence(rows, enforce_sorted=False),
+                        initial.chunk(2, dim=2) if lstm else initial)
+    out = torch.cat(nn.utils.rnn.unpad_sequence(nn.utils.rnn.pad_packed_sequence(out)[0], lengths))
+    final = (torch.cat(final, dim=2) if lstm else final)[0, sequence[steps - 1:: steps]]
+    return out.view(n, steps, -1).transpose(0, 1).flatten(0, 1), final * keep[-1].unsqueeze(1)
 
 
-def normalize_obs(obs, obs_rms, enabled, update, floats=None):
-    """Continuous details 6 and 7: observation normalization with statistics shared by all sub-envs, then clip.
-    update=False uses the statistics without changing them (evaluation). floats: of a Dict's rows (DictObservations),
-    the float entries that lead each row, the only part normalized (detail 6 is for vectors: images are not)."""
-    if floats is not None:
-        vector = normalize_obs(obs[:, : 4 * floats].view(np.float32), obs_rms, enabled, update)
-        return np.concatenate([vector.view(np.uint8), obs[:, 4 * floats:]], axis=1)
-    if not enabled:
-        return obs if obs.ndim > 2 else obs.astype(np.float32)  # a batch of images (any other is flat) stays uint8
-    if update:
-        obs_rms.update(obs)
-    return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
-
-
-class RewardScaler:
-    """Continuous details 8 and 9: divide rewards by the running std of the discounted return (no mean
-    subtracted), then clip. Each sub-env's discounted return restarts at every episode end, truncation included."""
-
-    def __init__(self, num_envs, gamma):
-        self.return_rms = RunningMeanStd()
-        self.discounted_return = np.zeros(num_envs, np.float64)
-        self.gamma = gamma
-
-    def scale(self, reward, real, done):
-        """reward, real (the step is a transition, not an autoreset), done (the step ended an episode): [num_envs]."""
-        self.discounted_return = self.discounted_return * self.gamma + reward
-        if real.any():
-            self.return_rms.update(self.discounted_return[real])
-        self.discounted_return[done] = 0.0
-        return np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -10.0, 10.0)
-
-
-def gae_lambda_for(action_space, given=None):
-    """Unless given: lower lambda for more action dimensions, a rule fitted on this project's MuJoCo screens
-    (benchmarks/results/README.md, "Why GAE's λ splits"): Humanoid-v5 learns at 0.8, Hopper-v5 at 0.95."""
-    return given if given is not None else min(0.95, max(0.8, 1.0 - int(np.prod(action_space.shape)) / 80))
-
-
-def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
-    """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout, each column (sub-env) its own
-    sequence. values[t] is V(obs[t]); next_values[t] is V of the observation after step t, which under NEXT_STEP
-    autoreset is the true final observation of an episode that step t ended: the bootstrap a truncation (time limit)
-    needs. A termination has no future (no bootstrap); any episode end stops the recursion between episodes."""
-    advantages = np.zeros_like(rewards)
-    last_advantage = np.zeros(rewards.shape[1], dtype=rewards.dtype)
-    for t in reversed(range(rewards.shape[0])):
-        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
-        last_advantage = delta + gamma * gae_lambda * (1.0 - dones[t]) * last_advantage
-        advantages[t] = last_advantage
-    return advantages
-
-
-def real_transitions(valid, *rollout):
-    """Flatten [num_steps, num_envs] rollout arrays into one batch of the rows with valid == 1. Rows with valid == 0
-    are NEXT_STEP autoreset steps, not transitions: no weight at all in the update (losses, advantage statistics)."""
-    keep = valid.reshape(-1) > 0
-    return [torch.from_numpy(x.reshape((-1,) + x.shape[2:])[keep]) for x in rollout]
-
-
-def minibatches(agent, b_obs, rollout, num_minibatches, sequence_length):
-    """Detail 6: a fresh shuffle each epoch, the minibatches together cover the batch. Yields each one's rows (of the
-    real transitions) and features; with memory, sequences of sequence_length steps (0: each sub-env's whole rollout)
-    replayed from their first states (rollout: obs, the state at its start, valid), the autoreset rows in the
-    sequence and out of the loss."""
-    if agent.memory is None:
-        for mb in torch.randperm(len(b_obs), device=b_obs.device).tensor_split(num_minibatches):
-            yield mb, agent.encode(b_obs[mb])  # an image's CNN runs once for both heads (vectors pass as they are)
-        return
-    obs, state, valid = rollout
+def sequence_minibatches(agent, obs, state, valid, num_minibatches, sequence_length):
+    """Detail 6 with memory: each epoch, shuffled minibatches of sequences of sequence_length steps (0: each sub-env's
+    whole rollout), each replayed from its first state as this epoch's weights compute it (the rollout read again up to
+    it, no gradient). obs, valid: [num_steps, num_envs] tensors; state: each sub-env's at the rollout's start. Yields
+    each minibatch's rows (of the batch of real transitions) and features; autoreset rows are in the sequence and out
+    of the loss."""
     length = sequence_length or len(valid)
-    starts = []  # each sequence's first state under this epoch's weights: the rollout read again up to it, no gradient
+    starts = []
     with torch.no_grad():
         for step in range(0, len(valid), length):
             starts.append(state)
@@ -498,7 +685,7 @@ def minibatches(agent, b_obs, rollout, num_minibatches, sequence_length):
     def cut(x):  # [num_steps, num_envs, ...] as [length, sequences, ...]: sequence k * num_envs + n, sub-env n's k-th
         return x.unflatten(0, (-1, length)).transpose(0, 1).flatten(1, 2)
 
-    row = cut((valid > 0).flatten().cumsum(0).view_as(valid) - 1)  # each real row's place in the batch (b_*)
+    row = cut((valid > 0).flatten().cumsum(0).view_as(valid) - 1)  # each real row's place in the batch
     obs, valid, starts = cut(obs), cut(valid), torch.cat(starts)
     order = torch.randperm(len(starts), device=valid.device)
     parts = min(num_minibatches, len(starts))
@@ -509,157 +696,6 @@ def minibatches(agent, b_obs, rollout, num_minibatches, sequence_length):
         real = valid[:, seqs].flatten() > 0
         hidden, _ = agent.remember(obs[:, seqs], starts[seqs], valid[:, seqs])
         yield row[:, seqs].flatten()[real], hidden[real]
-
-
-def ppo_loss(agent, hidden, actions, old_logprobs, advantages, returns, old_values, args):
-    """The clipped PPO loss on one minibatch of real transitions (their features), and its statistics (each logged)."""
-    _, new_logprob, entropy = agent.policy(hidden, actions)
-    new_value = agent.critic(hidden).view(-1)
-    logratio = new_logprob - old_logprobs
-    ratio = logratio.exp()
-
-    if args.norm_adv:  # detail 7: normalize advantages per minibatch
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-
-    # detail 8: clipped surrogate objective. The ratio pi_new/pi_old is clipped to [1-eps, 1+eps] and the
-    # pessimistic (larger) of the two losses is taken, so pushing the ratio past the clip never pays.
-    pg_loss1 = -advantages * ratio
-    pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-    if args.clip_vloss:  # detail 9: value loss clipped around the rollout's value estimate
-        v_clipped = old_values + torch.clamp(new_value - old_values, -args.clip_coef, args.clip_coef)
-        v_loss = 0.5 * torch.max((new_value - returns) ** 2, (v_clipped - returns) ** 2).mean()
-    else:
-        v_loss = 0.5 * ((new_value - returns) ** 2).mean()
-    entropy_loss = entropy.mean()
-    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # detail 10: one combined loss
-
-    with torch.no_grad():  # detail 12: debug variables; approx_kl is the k3 estimator
-        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
-                 "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
-                 "clipfrac": ((ratio - 1.0).abs() > args.clip_coef).float().mean()}
-    return loss, stats
-
-
-def learning_rate(args, iteration, num_iterations):  # detail 4: annealed, linearly down to lr / num_iterations
-    return (1.0 - (iteration - 1.0) / num_iterations) * args.learning_rate if args.anneal_lr else args.learning_rate
-
-
-def train(args, checkpoint=None):
-    num_iterations = args.total_timesteps // (args.num_envs * args.num_steps)  # one batch an iteration
-    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1  # a resumed run goes on after its checkpoint
-    run = Run(args, checkpoint, start_iteration, num_iterations)  # run safety (below): folder, logs, checkpoints
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-    seed = args.seed + start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
-    envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
-    space = envs.single_observation_space
-    floats = space.floats if isinstance(space, Packed) else None  # a Dict's float entries, normalized without images
-    image = image_shape(space) is not None or floats is not None
-    norm_obs = args.norm_obs and not image_shape(space)  # continuous detail 6 is for vectors: images are scaled by CNNs
-    nature = any(nature_sized(entry) for entry in (space.images if isinstance(space, Packed) else [space]))
-    # the Nature CNN gains from every core; an MLP or the grid CNN does not, and extra threads slow it on a busy machine
-    torch.set_num_threads(len(os.sched_getaffinity(0)) if nature else 1)
-    args.gae_lambda = gae_lambda_for(envs.single_action_space, args.gae_lambda)  # kept by checkpoints from here on
-    agent = Agent(envs, args.hidden_size, args.init_log_std, args.recurrent).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
-    obs_rms = RunningMeanStd(space.shape if floats is None else (floats,))
-    reward_scaler = RewardScaler(args.num_envs, args.gamma)
-    # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
-    state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
-
-    # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
-    obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape,
-                   dtype=np.uint8 if image else np.float32)  # frames stay uint8: a quarter of float32's memory
-    actions = np.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, dtype=np.float32)
-    logprobs, rewards, terminations, dones, valid = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-                                                     for _ in range(5))
-    low, high = envs.single_action_space.low, envs.single_action_space.high
-
-    with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
-        global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
-        next_obs, _ = envs.reset(seed=seed)
-        next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True, floats=floats)
-        next_done = np.zeros(args.num_envs, dtype=np.float32)
-        state = agent.initial_state(args.num_envs)  # memory's state (--recurrent), carried from step to step
-        for iteration in range(start_iteration, num_iterations + 1):
-            optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
-            start_state = state  # where the update replays each sub-env's sequence from
-
-            # Rollout: num_steps steps in every sub-environment with the current policy.
-            for step in range(args.num_steps):
-                global_step += args.num_envs
-                obs[step] = next_obs
-                # NEXT_STEP autoreset: the step after an episode ended only resets that sub-env (action ignored,
-                # reward 0). It is not a real transition, so it gets valid = 0 and no weight in the update.
-                valid[step] = 1.0 - next_done
-                with torch.no_grad():
-                    # the state is zeroed after an autoreset row, which read the final observation of an episode
-                    hidden, state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device), state,
-                                                   torch.from_numpy(valid[step: step + 1]).to(device))
-                    action, logprob, _ = agent.policy(hidden)
-                actions[step] = action.cpu().numpy()
-                logprobs[step] = logprob.cpu().numpy()
-
-                # continuous detail 5: the env gets the action clipped to its bounds; the buffer keeps the sampled one
-                next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], low, high))
-                next_done = np.logical_or(terminated, truncated).astype(np.float32)
-                next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True, floats=floats)
-                if args.norm_reward:
-                    reward = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
-                rewards[step] = reward
-                terminations[step] = terminated
-                dones[step] = next_done
-                if "episode" in infos:
-                    for i in np.flatnonzero(infos["_episode"]):
-                        run.log_episode(infos["episode"]["r"][i], infos["episode"]["l"][i], global_step)
-
-            # The critic is fixed during the rollout, so its values are computed in one batch afterwards:
-            # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row. With memory, under
-            # the state that reached each row: a truncated episode's final observation under its episode's state.
-            rollout = torch.from_numpy(obs).to(device), start_state, torch.from_numpy(valid).to(device)
-            values = torch.zeros((args.num_steps, args.num_envs), device=device)
-            with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
-                for group in torch.arange(args.num_envs).tensor_split(min(args.num_minibatches, args.num_envs)):
-                    hidden, _ = agent.remember(rollout[0][:, group], start_state[group], rollout[2][:, group])
-                    values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
-                hidden, _ = agent.remember(torch.from_numpy(next_obs[None]).to(device), state)
-                next_value = agent.critic(hidden).view(1, args.num_envs)
-            next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()
-            advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
-                                            args.gae_lambda)
-            returns = advantages + values  # detail 5: the value target is advantage + value
-
-            # Flatten the rollout into one batch, keeping the real transitions only (autoreset rows dropped).
-            b_obs, b_actions, b_logprobs, b_advantages, b_returns, b_values = (
-                x.to(device) for x in real_transitions(valid, obs, actions, logprobs, advantages, returns, values))
-
-            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of sequences in time).
-            update_stats = []
-            num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
-            for epoch in range(args.update_epochs):
-                for mb, hidden in minibatches(agent, b_obs, rollout, num_minibatches, args.sequence_length):
-                    loss, stats = ppo_loss(agent, hidden, b_actions[mb], b_logprobs[mb], b_advantages[mb],
-                                           b_returns[mb], b_values[mb], args)
-                    if not torch.isfinite(loss):
-                        raise FloatingPointError("loss")  # the run keeps its last complete iteration
-                    optimizer.zero_grad()
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11: global gradient clip
-                    optimizer.step()
-                    update_stats.append(stats)
-                if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
-                    break
-
-            # Logging: each statistic of the loss averaged over the update's minibatches.
-            losses = {f"losses/{name}": torch.stack([s[name] for s in update_stats]).mean().item() for name in stats}
-            var_y, lr = b_returns.var().item(), optimizer.param_groups[0]["lr"]
-            losses["losses/explained_variance"] = 1 - (b_returns - b_values).var().item() / var_y if var_y else np.nan
-            run.end_iteration(iteration, global_step, {"charts/learning_rate": lr, **losses})
-    return run.checkpoint_path
 
 
 # ==================== Run safety: nothing below changes what PPO computes ====================
@@ -748,19 +784,7 @@ def check_env(args, env_kwargs):
             rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
             env = gym.vector.SyncVectorEnv([make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None)])
     except Exception as e:  # an unknown id, arguments the env does not take, a simulator or renderer that does not load
-        kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
-        bad_input = isinstance(e, (gym.error.Error, TypeError, ValueError))  # else the env's own code failed
-        module = args.env_id.split(":")[0] if ":" in args.env_id else None
-        envpool = importlib.import_module("envpool") if importlib.util.find_spec("envpool") else None
-        hint = (f"; is {module}.py in {os.path.dirname(os.path.abspath(__file__))} or on PYTHONPATH?"
-                if f"No module named '{module}'" in str(e) else
-                "; it is one of EnvPool's envs: add --env-backend envpool"
-                if isinstance(e, gym.error.NameNotFound) and envpool and args.env_id in envpool.list_all_envs() else
-                "; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
-                if isinstance(e, gym.error.NameNotFound) and not module else
-                f"; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
-                if "MUJOCO_GL" in os.environ and not bad_input else "")
-        fail(f"cannot make env '{args.env_id}'{kwargs}: {type(e).__name__}: {first_line(e)}{hint}")
+        fail(f"cannot make env '{args.env_id}'{make_failure(args, e)}")
     actions, observations = env.single_action_space, env.single_observation_space
     with contextlib.suppress(Exception):  # a close() that fails is said when training's envs close, after the run
         env.close()
@@ -783,6 +807,29 @@ def check_env(args, env_kwargs):
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; {SCRIPT} needs one that flattens "
              "into a vector, or a Dict with an image (make one in a wrapper)")
     return observations
+
+
+def make_failure(args, error):
+    """What went wrong when the env was made: the error, where the env's own code raised it, and a hint."""
+    kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
+    said = f"{kwargs}: {type(error).__name__}" + (f": {first_line(error)}" if str(error) else "")
+    ours = (os.path.dirname(gym.__file__), os.path.abspath(__file__), "<frozen ")  # not the env's own
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith(ours)]
+    if frames:  # the env's own code (or a package it calls)
+        said += f" (raised at {frames[-1].filename}, line {frames[-1].lineno})"
+    module = args.env_id.split(":")[0] if ":" in args.env_id else None
+    envpool = importlib.import_module("envpool") if importlib.util.find_spec("envpool") else None
+    if f"No module named '{module}'" in str(error):
+        return f"{said}; is {module}.py in {os.path.dirname(os.path.abspath(__file__))} or on PYTHONPATH?"
+    if isinstance(error, gym.error.NameNotFound) and envpool and args.env_id in envpool.list_all_envs():
+        return f"{said}; it is one of EnvPool's envs: add --env-backend envpool"
+    if isinstance(error, gym.error.NameNotFound) and not module:
+        return f"{said}; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
+    text = " ".join([str(error), *(frame.filename for frame in frames)])
+    renderer = re.search(r"\begl|osmesa|glfw|opengl", text, re.IGNORECASE)
+    if renderer and "MUJOCO_GL" in os.environ:  # the renderer's own failure (EGL, OSMesa, GLFW, OpenGL)
+        return f"{said}; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
+    return said
 
 
 def load_checkpoint(path):
@@ -815,6 +862,8 @@ def load_checkpoint(path):
     named = re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", checkpoint["run_name"])  # a name, never a path
     if not named or not 0 < steps == checkpoint["global_step"]:
         fail(f"{path} is damaged: its run name or step counters are not those of a run")
+    model = checkpoint["model"]  # older checkpoints name the mean head actor_mean: read as the actor
+    checkpoint["model"] = {re.sub(r"^actor_mean\.", "actor.", key): value for key, value in model.items()}
     if not all(torch.isfinite(value).all() for value in checkpoint["model"].values() if torch.is_tensor(value)):
         fail(f"{path} holds non-finite weights")
     return checkpoint
@@ -925,12 +974,12 @@ class Run:
         if start_iteration > num_iterations:
             fail(f"the checkpoint is at step {self.global_step}: pass a --total-timesteps beyond it to extend the run: "
                  f"{command(args, '--resume', args.resume, '--total-timesteps', str(2 * self.global_step))}")
-        if args.total_timesteps not in (self.total_timesteps, Args.total_timesteps):  # a number given, cut to batches
+        if args.total_timesteps not in (self.total_timesteps, Args.total_timesteps, IMAGE_DEFAULTS["total_timesteps"]):
             print(f"note: --total-timesteps {args.total_timesteps:,} is rounded down to whole batches of {batch:,}: "
                   f"{self.total_timesteps:,} steps")
         if checkpoint and args.anneal_lr and self.total_timesteps > saved["total_timesteps"] // batch * batch:
             print(f"extending the run to {self.total_timesteps:,} steps: the learning rate follows that longer run's "
-                  f"schedule, {learning_rate(args, start_iteration, num_iterations):.3g} from here")
+                  f"schedule, {learning_rate(args, (start_iteration - 1.0) / num_iterations):.3g} from here")
         self.name, self.dir, self.lock = open_run_folder(args, checkpoint)
         self.checkpoint_path, self.finished = os.path.join(self.dir, "checkpoint.pt"), False  # finished: see save()
         if checkpoint and os.path.exists(self.checkpoint_path):  # read again under the lock: another process may have
@@ -1103,10 +1152,10 @@ def evaluate(args, checkpoint):
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, args.seed, film_first=args.eval_episodes)
-    agent = Agent(envs, args.hidden_size, args.init_log_std, args.recurrent)
+    agent = Agent(envs, args)
     space = envs.single_observation_space
     floats = space.floats if isinstance(space, Packed) else None
-    obs_rms = RunningMeanStd(space.shape if floats is None else (floats,))
+    obs_rms = RunningMeanStd(shape=space.shape if floats is None else (floats,))
     restore(checkpoint, {"model": agent, "obs_rms": obs_rms}, args.env_id)  # continuous detail 6: statistics frozen
     action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
     episodic_returns, episode_return, episode_length = [], 0.0, 0
@@ -1117,7 +1166,8 @@ def evaluate(args, checkpoint):
         obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, norm_obs, update=False, floats=floats)[None])
         with torch.no_grad():
             hidden, state = agent.remember(obs, state)
-            action = agent.policy(hidden)[0] if args.eval_sample else agent.act_deterministic(hidden)
+            mean = agent.actor(hidden)
+            action = agent.policy(mean)[0] if args.eval_sample else mean  # deterministic: the most probable action
         next_obs, reward, terminated, truncated, _ = envs.step(np.clip(action.numpy(), action_low, action_high))
         episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
         if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:

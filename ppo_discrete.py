@@ -213,7 +213,7 @@ def mlp(inputs, hidden_sizes, outputs, std):
 
 
 class Agent(nn.Module):
-    def __init__(self, envs, hidden_size, recurrent):
+    def __init__(self, envs, args):
         super().__init__()
         space = envs.single_observation_space
         # MultiDiscrete detail: one categorical per part, the logits of every part from one head (Discrete: one part)
@@ -222,12 +222,12 @@ class Agent(nn.Module):
         self.encoder = encoder_for(space)  # (Capabilities) a CNN for images and Dicts; None: vectors as they are
         features = self.encoder.features if self.encoder else int(np.prod(space.shape))
         # memory (--recurrent): an LSTM or GRU layer after the encoder, for both heads (128 units after a Nature CNN)
-        layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[recurrent]
-        self.memory = layer(features, 128 if nature_sized(space) else hidden_size) if layer else None
+        layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[args.recurrent]
+        self.memory = layer(features, 128 if nature_sized(space) else args.hidden_size) if layer else None
         features = self.memory.hidden_size if self.memory else features
         # detail 13: separate actor and critic networks, two tanh layers each (64-64 by default); after a Nature CNN
         # none (Atari details: linear heads on its 512 features, or on the memory's 128)
-        hidden_sizes = [] if nature_sized(space) else [hidden_size, hidden_size]
+        hidden_sizes = [] if nature_sized(space) else [args.hidden_size, args.hidden_size]
         self.critic = mlp(features, hidden_sizes, 1, std=1.0)
         self.actor = mlp(features, hidden_sizes, sum(self.parts), std=0.01)  # the logits of every value of every part
 
@@ -341,7 +341,7 @@ def train(args, checkpoint=None):
     seed = args.seed + start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
     torch.set_num_threads(torch_threads(envs.single_observation_space))  # (Capabilities) every core for a Nature CNN
-    agent = Agent(envs, args.hidden_size, args.recurrent).to(device)
+    agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     reward_scaler = RewardScaler(args.num_envs, args.gamma)  # (Capabilities) --norm-reward, on with memory
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
@@ -1270,7 +1270,7 @@ def evaluate(args, checkpoint):
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, args.seed, film_first=args.eval_episodes, training=False)
-    agent = Agent(envs, args.hidden_size, args.recurrent)
+    agent = Agent(envs, args)
     restore(checkpoint, {"model": agent}, args.env_id)
     episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, infos = envs.reset(seed=args.seed)

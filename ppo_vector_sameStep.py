@@ -3,15 +3,26 @@
     python ppo_vector_sameStep.py --env-id Pendulum-v1
     tensorboard --logdir runs
 
-Each sub-environment runs in its own process (gymnasium's AsyncVectorEnv; `--vectorization-mode sync` runs
-them in this process). Autoreset is SAME_STEP: a sub-environment whose episode ends is reset inside the same
-step() call, the returned observation is already the next episode's first, and the true last observation
-comes in infos["final_obs"]. Every step is a real transition (no masked rows, unlike NEXT_STEP), but a
-truncated episode must be bootstrapped from infos["final_obs"]. Box actions work, and categorical ones (Discrete,
-MultiDiscrete, MultiBinary) with the env's invalid-action masks.
-PPO in the order the data flows: arguments, environments, agent, normalization, GAE, loss, and train().
-"detail N" / "continuous detail N" name the implementation details of "The 37 Implementation Details of
-PPO" (Huang et al., 2022). Below the "Run safety" banner: checks, checkpoints, run folder, faults, progress.
+Each sub-environment runs in its own process (gymnasium's AsyncVectorEnv; `--vectorization-mode sync` runs them in this
+process). Autoreset is SAME_STEP: a sub-environment whose episode ends is reset inside the same step() call, the
+returned observation is already the next episode's first, and the true last observation comes in infos["final_obs"].
+Every step is a real transition (no masked rows, unlike NEXT_STEP), but a truncated episode must be bootstrapped from
+infos["final_obs"]. Box actions work, and categorical ones (Discrete, MultiDiscrete, MultiBinary) with the env's
+invalid-action masks.
+
+Three parts, each opened by a banner line:
+- PPO core: Args, the envs, the Agent, normalization, GAE, the loss and train() (the rollout, GAE and update as visible
+  loops), in the order the data flows. "detail N" / "continuous detail N" name the implementation details of "The 37
+  Implementation Details of PPO" (Huang et al., 2022). Plain PPO on vectors runs through this part alone.
+- Capabilities: what the core calls only for images and Atari, Dict observations, multi-part actions and masks, memory
+  (--recurrent), and the defaults tables. Skip what your env does not use.
+- Run safety: checks, checkpoints, the run folder, fault messages, progress, evaluation. Nothing there changes what PPO
+  computes.
+Where a change goes:
+- a network: Agent.__init__ (the actor's output, logits or the mean, is agent.actor(hidden); Agent.policy reads it);
+- a loss term: ppo_loss (it gets the minibatch as a dict; each statistic it returns is logged as losses/<name>);
+- a schedule: one entry of `coefs` in train() (logged as charts/<name>; ppo_loss reads coefs[name]);
+- a piece of state: train()'s `state` (checkpointed and resumed); rollout data: a buffer in train(), then `batch`.
 """
 
 import contextlib
@@ -50,18 +61,15 @@ from gymnasium.vector import AutoresetMode
 from torch.utils.tensorboard import SummaryWriter
 
 
+# ==================== PPO core: arguments, envs, agent, normalization, GAE, loss, train() ====================
+
+
 @dataclass
 class Args:
-    """PPO with same-step autoreset in worker processes: `python ppo_vector_sameStep.py --env-id Pendulum-v1`, then
-    `tensorboard --logdir runs`; each run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/.
-
-    Images (uint8, (H, W), (C, H, W) or (H, W, C)) of 36 x 36 or more go to a Nature CNN, unnormalized, and flags not
-    given take IMAGE_DEFAULTS, CleanRL's Atari update (its 256 steps, unclipped value loss and reward scaling stay):
-    total-timesteps 10000000, learning-rate 2.5e-4, gae-lambda 0.95, num-minibatches 4, update-epochs 4, clip-coef 0.1,
-    ent-coef 0.01, vf-coef 0.5, eval-sample. Atari (ALE/Pong-v5) is preprocessed as is standard; training ends an
-    episode at a lost life and clips rewards; logs keep whole games. Smaller images (MiniGrid's 7 x 7 view) go to a grid
-    CNN with the defaults below. A Dict with images: a CNN each, the other entries beside them, normalized (a text entry
-    left out), the defaults by the same rule."""
+    """PPO with same-step autoreset in worker processes. Each run's events and checkpoint go to
+    runs/<env>__<exp-name>__<seed>__<time>/. Flags not given follow the env where a table says so: IMAGE_DEFAULTS for
+    images of 36 x 36 or more (Atari, CarRacing-v3), MEMORY_DEFAULTS with --recurrent on categorical actions
+    (Capabilities part)."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -70,7 +78,7 @@ class Args:
     torch_deterministic: bool = True
     """if toggled, sets `torch.backends.cudnn.deterministic=True`"""
     cuda: bool = False
-    """if toggled, train on the GPU when there is one (off by default: slower for MLPs; Pong's CNN: up to 2x faster)"""
+    """if toggled, train on the GPU when there is one (off by default: an MLP trains faster on the CPU)"""
     track: bool = False
     """if toggled, also log to Weights and Biases (needs `pip install wandb`)"""
     wandb_project_name: str = "ppo-single-file"
@@ -126,13 +134,15 @@ class Args:
     norm_reward: bool = True
     """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10]"""
     hidden_size: int = 64
-    """the width of the two hidden layers of the actor and of the critic (a Nature CNN alone: linear heads on 512)"""
+    """the width of the two tanh layers of the actor and of the critic (after a Nature CNN: none, linear heads)"""
     action_mask: bool = True
     """if toggled, respect the env's invalid-action masks (README: "Multi-part actions and masks"); off: ignore them"""
     init_log_std: float = -1.0
     """Box actions: the log standard deviation the policy starts with (0: std 1; Humanoid's lie in [-0.4, 0.4])"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
-    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; 1.8x slower on Humanoid-v5"""
+    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; with categorical actions flags
+    not given take MEMORY_DEFAULTS (reward scaling, 4 minibatches, 16-step sequences), except on images of 36 x 36 or
+    more"""
     sequence_length: int = 0
     """with memory, the update replays sequences of this many steps (dividing num_steps), each from its first state
     as the weights of the epoch's start compute it, no gradient through it (faster); 0: each sub-env's whole rollout"""
@@ -152,20 +162,6 @@ class Args:
     (on for images, IMAGE_DEFAULTS: a deterministic Atari or CarRacing policy can repeat one failing play)"""
 
 
-IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
-                  "update_epochs": 4, "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5,
-                  "eval_sample": True}  # CleanRL's Atari update (it evaluates by sampling too)
-
-
-def env_defaults(args, observations):
-    """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) take IMAGE_DEFAULTS (the
-    command line parsed again over them, so flags given still win). Applied before the arguments are checked."""
-    entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
-    if any(nature_sized(entry) for entry in entries):
-        return tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
-    return args
-
-
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None, frames=4):
     def thunk():
         if multiprocessing.parent_process() is not None:  # in a worker process (async mode)
@@ -179,17 +175,17 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
             kwargs = {"frameskip": 1, **kwargs}  # the preprocessing below skips frames (and max-pools)
         env = gym.make(env_id, **kwargs)
         if ActionMasks.in_observation(env) or env.has_wrapper_attr("action_masks"):
-            env = ActionMasks(env)  # (below) a mask given another way goes to the info, as Taxi-v4 gives it
+            env = ActionMasks(env)  # (Capabilities) a mask given another way goes to the info, as Taxi-v4 gives it
         if capture_video and idx == 0:  # filmed before preprocessing: every frame, in color
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
             trigger = (lambda episode: episode < film_first) if film_first else None
             env = StreamedVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
-        if ale:  # Atari details: up to 30 no-op starts, frame skip 4 with max-pooling, 84 x 84 gray, 4 frames stacked
+        if ale:  # Atari details: up to 30 no-op starts, frame skip 4 with max-pooling, 84 x 84 gray, `frames` stacked
             env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=30), frames)
         space = env.observation_space
         vector = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
         if isinstance(space, gym.spaces.Dict) and any(image_shape(entry) for entry in space.values()):
-            env = DictObservations(env)  # an image beside other entries (MiniGrid's): one row of bytes, split by Agent
+            env = DictObservations(env)  # (Capabilities) an image beside other entries (MiniGrid's): one row of bytes
         elif flattens(space) and not image_shape(space) and not vector:  # else check_env says what does not flatten
             # in each sub-env, as gymnasium's vector FlattenObservation refuses SAME_STEP autoreset
             env = gym.wrappers.FlattenObservation(env)  # Dict and Tuple: one vector, in key order; Discrete: one-hot
@@ -211,8 +207,364 @@ def make_envs(args, num_envs, video_folder, mode, film_first=None, training=True
     vector_env = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
     envs = vector_env(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     if training and args.env_id.startswith("ALE/"):
-        envs = AtariTraining(envs)
+        envs = AtariTraining(envs)  # (Capabilities) a lost life ends a training episode; rewards clipped
     return CheckedEnvs(envs, args.env_timeout, args.action_mask)  # run safety (below): faults, hangs, bad numbers
+
+
+def layer_init(layer, std=np.sqrt(2)):
+    torch.nn.init.orthogonal_(layer.weight, std)  # detail 2: orthogonal init, zero biases (the memory keeps torch's)
+    torch.nn.init.constant_(layer.bias, 0.0)
+    return layer
+
+
+def mlp(inputs, hidden_sizes, outputs, std):
+    """Tanh layers of hidden_sizes, then a linear output layer initialized with gain std (no hidden layer: it alone)."""
+    if not hidden_sizes:
+        return layer_init(nn.Linear(inputs, outputs), std=std)
+    layers, width = [], inputs
+    for size in hidden_sizes:
+        layers += [layer_init(nn.Linear(width, size)), nn.Tanh()]
+        width = size
+    return nn.Sequential(*layers, layer_init(nn.Linear(width, outputs), std=std))
+
+
+class Agent(nn.Module):
+    def __init__(self, envs, args):
+        super().__init__()
+        space, actions = envs.single_observation_space, envs.single_action_space
+        self.discrete = not isinstance(actions, gym.spaces.Box)  # Discrete, MultiDiscrete, MultiBinary: categorical
+        if self.discrete:  # MultiDiscrete detail: one categorical per part, the logits of every part from one head
+            self.parts = action_parts(actions)
+            action_dim = sum(self.parts)
+            self.register_buffer("grid", part_grid(self.parts), persistent=False)  # not in checkpoints: from the space
+        else:  # continuous detail 2: a state-independent log standard deviation
+            self.parts, action_dim = [], int(np.prod(actions.shape))
+            self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(args.init_log_std)))
+        self.encoder = encoder_for(space)  # (Capabilities) a CNN for images and Dicts; None: vectors as they are
+        features = self.encoder.features if self.encoder else int(np.prod(space.shape))
+        # memory (--recurrent): an LSTM or GRU layer after the encoder, for both heads (128 units after a Nature CNN)
+        layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[args.recurrent]
+        self.memory = layer(features, 128 if nature_sized(space) else args.hidden_size) if layer else None
+        features = self.memory.hidden_size if self.memory else features
+        # detail 13: separate actor and critic networks, two tanh layers each (64-64 by default); after a Nature CNN
+        # none (Atari details: linear heads on its 512 features, or on the memory's 128)
+        hidden_sizes = [] if nature_sized(space) else [args.hidden_size, args.hidden_size]
+        self.critic = mlp(features, hidden_sizes, 1, std=1.0)
+        self.actor = mlp(features, hidden_sizes, action_dim, std=0.01)  # logits (categorical) or the mean (Box)
+
+    def encode(self, x):
+        return x if self.encoder is None else self.encoder(x)
+
+    def initial_state(self, num_envs):
+        """The memory's state of each sub-env at an episode's start: zeros (LSTM: h and c side by side; none: empty)."""
+        size = 0 if self.memory is None else self.memory.hidden_size * (2 if isinstance(self.memory, nn.LSTM) else 1)
+        return torch.zeros(num_envs, size, device=next(self.parameters()).device)
+
+    def remember(self, x, state, keep=None):
+        """Features of observations x [T, N, ...], as [T * N, features]. With memory, each sub-env's rows in time order
+        from its state [N, S], zeroed after each row where keep [T, N] is 0 (an episode's end; None: no end): no state
+        crosses an episode. Returns the features and the state after the last row (no memory: the state as it was)."""
+        hidden = self.encode(x.flatten(0, 1))
+        if self.memory is None:
+            return hidden, state
+        return replay(self.memory, hidden.view(*x.shape[:2], -1), state, keep)  # (Capabilities)
+
+    def log_probs(self, logits, mask=None):
+        """log pi(.|x) from the actor's logits, [N, parts, largest part]: a row a part, masked actions at -1e8."""
+        if mask is not None:  # invalid-action masking: a masked action has no probability, gradient or entropy
+            logits = torch.where(mask, logits, -1e8)
+        if len(set(self.parts)) > 1:  # parts of different sizes: a cell past a part's end reads a -1e8 logit
+            logits = torch.cat([logits, logits.new_full((len(logits), 1), -1e8)], dim=-1)[:, self.grid]
+        return torch.log_softmax(logits.view(len(logits), len(self.parts), -1), dim=-1)  # a categorical per part
+
+    def policy(self, out, action=None, mask=None):
+        """The policy at the actor's output `out`: an action (sampled unless given), its log-probability, the entropy.
+        A categorical action is an index into each part, its log-probability and entropy summed over the parts."""
+        if self.discrete:
+            log_probs = self.log_probs(out, mask)
+            if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p
+                action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
+            logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).sum((-2, -1))  # summed over the parts
+            return action, logprob, -(log_probs.exp() * log_probs).sum((-2, -1))
+        # continuous details 1 and 3: a normal distribution N(mean, std) per action dimension, log-probabilities summed
+        mean, log_std = out, self.actor_logstd.expand_as(out)
+        std = log_std.exp()
+        if action is None:
+            action = mean + std * torch.randn_like(mean)
+        logprob = (-0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return action, logprob, (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
+
+    def act_deterministic(self, out, mask=None):  # for evaluation: each part's most probable value, or the mean
+        return self.log_probs(out, mask).argmax(dim=-1) if self.discrete else out
+
+
+class RunningMeanStd(gym.wrappers.utils.RunningMeanStd):
+    """gymnasium's running mean and variance (Chan et al.'s parallel formula), with a state for checkpoints."""
+
+    def state_dict(self):
+        return {"mean": torch.tensor(self.mean), "var": torch.tensor(self.var), "count": float(self.count)}
+
+    def load_state_dict(self, state):
+        self.mean, self.var, self.count = state["mean"].numpy().copy(), state["var"].numpy().copy(), state["count"]
+
+
+def normalize_obs(obs, obs_rms, enabled, update, floats=None):
+    """Continuous details 6 and 7: observation normalization with statistics shared by all sub-envs, then clip.
+    update=False uses the statistics without changing them (evaluation). floats: of a Dict's rows (DictObservations),
+    the float entries that lead each row, the only part normalized (detail 6 is for vectors: images are not)."""
+    if floats is not None:
+        vector = normalize_obs(obs[:, : 4 * floats].view(np.float32), obs_rms, enabled, update)
+        return np.concatenate([vector.view(np.uint8), obs[:, 4 * floats:]], axis=1)
+    if not enabled:
+        return obs if obs.ndim > 2 else obs.astype(np.float32)  # a batch of images (any other is flat) stays uint8
+    if update:
+        obs_rms.update(obs)
+    return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
+
+
+class RewardScaler:
+    """Continuous details 8 and 9: divide rewards by the running std of the discounted return (no mean
+    subtracted), then clip. Each sub-env's discounted return restarts at every episode end, truncation included."""
+
+    def __init__(self, num_envs, gamma):
+        self.return_rms = RunningMeanStd()
+        self.discounted_return = np.zeros(num_envs, np.float64)
+        self.gamma = gamma
+
+    def scale(self, reward, done):
+        """reward, done (the step ended an episode): [num_envs]. Under SAME_STEP every step is a transition."""
+        self.discounted_return = self.discounted_return * self.gamma + reward
+        self.return_rms.update(self.discounted_return)
+        self.discounted_return[done] = 0.0
+        return np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -10.0, 10.0)
+
+
+def gae_lambda_for(action_space, given):
+    """Unless given: lower lambda for more action dimensions, a rule fitted on this project's MuJoCo screens
+    (benchmarks/results/README.md, "Why GAE's λ splits"): Humanoid-v5 learns at 0.8, Hopper-v5 at 0.95."""
+    dims = int(np.prod(action_space.shape)) if isinstance(action_space, gym.spaces.Box) else 1  # fitted on Box only
+    return given if given is not None else min(0.95, max(0.8, 1.0 - dims / 80))
+
+
+def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
+    """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout, each column (sub-env) its own
+    sequence. values[t] is V(obs[t]); next_values[t] is V of the true observation after step t: V(obs[t + 1]) while the
+    episode goes on, V(infos["final_obs"]) when step t ended it (under SAME_STEP, obs[t + 1] already belongs to the next
+    episode), the bootstrap a truncation (time limit) needs. A termination has no future (no bootstrap); any episode
+    end stops the recursion between episodes."""
+    advantages = np.zeros_like(rewards)
+    last_advantage = np.zeros(rewards.shape[1], dtype=rewards.dtype)
+    for t in reversed(range(rewards.shape[0])):
+        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
+        last_advantage = delta + gamma * gae_lambda * (1.0 - dones[t]) * last_advantage
+        advantages[t] = last_advantage
+    return advantages
+
+
+def ppo_loss(agent, hidden, mb, coefs, args):
+    """The clipped PPO loss on one minibatch (its features `hidden`; `mb`: the batch's rows), and its statistics.
+    coefs: this iteration's coefficients (see train())."""
+    _, new_logprob, entropy = agent.policy(agent.actor(hidden), mb["actions"], mb.get("masks"))  # under step's mask
+    new_value = agent.critic(hidden).view(-1)
+    logratio = new_logprob - mb["logprobs"]
+    ratio = logratio.exp()
+
+    advantages = mb["advantages"]
+    if args.norm_adv:  # detail 7: normalize advantages per minibatch
+        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+
+    # detail 8: clipped surrogate objective. The ratio pi_new/pi_old is clipped to [1-eps, 1+eps] and the
+    # pessimistic (larger) of the two losses is taken, so pushing the ratio past the clip never pays.
+    clip = coefs["clip_coef"]
+    pg_loss1 = -advantages * ratio
+    pg_loss2 = -advantages * torch.clamp(ratio, 1 - clip, 1 + clip)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    returns, old_values = mb["returns"], mb["values"]
+    if args.clip_vloss:  # detail 9: value loss clipped around the rollout's value estimate
+        v_clipped = old_values + torch.clamp(new_value - old_values, -clip, clip)
+        v_loss = 0.5 * torch.max((new_value - returns) ** 2, (v_clipped - returns) ** 2).mean()
+    else:
+        v_loss = 0.5 * ((new_value - returns) ** 2).mean()
+    entropy_loss = entropy.mean()
+    loss = pg_loss - coefs["ent_coef"] * entropy_loss + v_loss * coefs["vf_coef"]  # detail 10: one combined loss
+
+    with torch.no_grad():  # detail 12: debug variables; approx_kl is the k3 estimator
+        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
+                 "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
+                 "clipfrac": ((ratio - 1.0).abs() > clip).float().mean()}
+    return loss, stats
+
+
+def learning_rate(args, progress):  # detail 4: annealed linearly; progress: (iteration - 1) / num_iterations
+    return (1.0 - progress) * args.learning_rate if args.anneal_lr else args.learning_rate
+
+
+def train(args, checkpoint=None):
+    num_iterations = args.total_timesteps // (args.num_envs * args.num_steps)  # one batch an iteration
+    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1  # a resumed run goes on after its checkpoint
+    run = Run(args, checkpoint, start_iteration, num_iterations)  # run safety (below): folder, logs, checkpoints
+    torch.manual_seed(args.seed)
+    torch.backends.cudnn.deterministic = args.torch_deterministic
+    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+
+    envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), args.vectorization_mode)
+    space = envs.single_observation_space
+    floats = space.floats if isinstance(space, Packed) else None  # a Dict's float entries, normalized without images
+    norm_obs = args.norm_obs and not image_shape(space)  # continuous detail 6 is for vectors: images are scaled by CNNs
+    torch.set_num_threads(torch_threads(space))  # (Capabilities) every core for a Nature CNN
+    args.gae_lambda = gae_lambda_for(envs.single_action_space, args.gae_lambda)  # kept by checkpoints from here on
+    agent = Agent(envs, args).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
+    obs_rms = RunningMeanStd(shape=space.shape if floats is None else (floats,))
+    reward_scaler = RewardScaler(args.num_envs, args.gamma)
+    # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
+    state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
+
+    # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
+    rows = (args.num_steps, args.num_envs)
+    obs = np.zeros(rows + space.shape, dtype=buffer_dtype(space))  # (Capabilities) images stay uint8
+    final_obs = np.zeros(rows + space.shape, dtype=buffer_dtype(space))  # normalized, read where an episode ended
+    final_states = torch.zeros((args.num_steps,) + agent.initial_state(args.num_envs).shape, device=device)  # memory
+    action_shape = (len(agent.parts),) if agent.discrete else envs.single_action_space.shape  # categorical: an index
+    actions = np.zeros(rows + action_shape, dtype=np.int64 if agent.discrete else np.float32)
+    masks = np.ones(rows + (sum(agent.parts),), dtype=bool)  # the valid actions at each step
+    logprobs, rewards, terminations, dones, resets = (np.zeros(rows, dtype=np.float32) for _ in range(5))
+    low, high = (None, None) if agent.discrete else (envs.single_action_space.low, envs.single_action_space.high)
+
+    with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
+        global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
+        # A resumed run starts fresh episodes, seeded apart from the original run's first ones.
+        next_obs, infos = envs.reset(seed=args.seed + start_iteration - 1)
+        next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True, floats=floats)
+        masked = args.action_mask and agent.discrete and "action_mask" in infos  # (Capabilities) invalid-action masks
+        next_mask = action_mask(infos, args.num_envs, sum(agent.parts))
+        state = agent.initial_state(args.num_envs)  # memory's state (--recurrent), carried from step to step
+        for iteration in range(start_iteration, num_iterations + 1):
+            # What changes per iteration, each logged as charts/<name>: the learning rate and the loss's coefficients.
+            # A schedule of your own is one entry here, e.g. "ent_coef": args.ent_coef * (1.0 - progress).
+            progress = (iteration - 1.0) / num_iterations  # of the run: 0 at its start
+            coefs = {"learning_rate": learning_rate(args, progress), "clip_coef": args.clip_coef,
+                     "ent_coef": args.ent_coef, "vf_coef": args.vf_coef}
+            optimizer.param_groups[0]["lr"] = coefs["learning_rate"]
+            start_state = state  # where the update replays each sub-env's sequence from
+
+            # Rollout: num_steps steps in every sub-environment with the current policy.
+            for step in range(args.num_steps):
+                global_step += args.num_envs
+                obs[step] = next_obs
+                masks[step] = next_mask  # kept: the update scores each action under the mask it was chosen under
+                with torch.no_grad():
+                    mask = torch.from_numpy(masks[step]).to(device) if masked else None
+                    hidden, state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device), state)
+                    action, logprob, _ = agent.policy(agent.actor(hidden), mask=mask)
+                actions[step] = action.cpu().numpy()
+                logprobs[step] = logprob.cpu().numpy()
+
+                # continuous detail 5: the env gets the action clipped to its bounds; the buffer keeps the sampled one
+                if agent.discrete:
+                    next_obs, reward, terminated, truncated, infos = envs.step(env_actions(envs, actions[step]))
+                else:
+                    next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], low, high))
+                next_done = np.logical_or(terminated, truncated)
+                next_mask = action_mask(infos, args.num_envs, sum(agent.parts))  # a reset sub-env's: its new episode's
+                if "_final_obs" in infos:  # (a lost life ends a training episode of Atari but not the game: no reset)
+                    # SAME_STEP: the finished sub-envs are already reset; their true last observation is in
+                    # infos["final_obs"]. Normalize it with the same statistics as every other observation.
+                    true_last_obs = next_obs.copy()
+                    true_last_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
+                    final_obs[step] = normalize_obs(true_last_obs, obs_rms, norm_obs, update=False, floats=floats)
+                    episode, ended = infos["final_info"]["episode"], infos["final_info"]["_episode"]
+                    for i in np.flatnonzero(ended):
+                        run.log_episode(episode["r"][i], episode["l"][i], global_step)
+                next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True, floats=floats)
+                if args.norm_reward:
+                    reward = reward_scaler.scale(reward, done=next_done)
+                rewards[step] = reward
+                terminations[step] = terminated
+                dones[step] = next_done
+                # memory: a final observation is valued under the state that reached it; the next episode from zeros
+                # (where the engine reset: Atari's lost life ends a training episode, the game and its memory go on)
+                resets[step] = engine_resets(next_done, infos)
+                final_states[step] = state
+                state = state * torch.from_numpy(1.0 - resets[step: step + 1].T).to(device)
+
+            # The critic is fixed in the rollout: its values in one batch after it (next_values: see compute_advantages)
+            rollout_obs, rollout_keep = torch.from_numpy(obs).to(device), torch.from_numpy(1.0 - resets).to(device)
+            values, final_values = torch.zeros(rows, device=device), np.zeros(rows, dtype=np.float32)
+            with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
+                for group in torch.arange(args.num_envs).tensor_split(min(args.num_minibatches, args.num_envs)):
+                    hidden, _ = agent.remember(rollout_obs[:, group], start_state[group], rollout_keep[:, group])
+                    values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
+                ended = dones > 0  # rows whose final observation is read: each alone, under the state that reached it
+                if ended.any():
+                    hidden, _ = agent.remember(torch.from_numpy(final_obs[ended][None]).to(device),
+                                               final_states[torch.from_numpy(ended).to(device)])
+                    final_values[ended] = agent.critic(hidden).view(-1).cpu().numpy()
+                hidden, _ = agent.remember(torch.from_numpy(next_obs[None]).to(device), state)
+                next_value = agent.critic(hidden).view(1, args.num_envs)
+            values, following = values.cpu().numpy(), torch.cat([values[1:], next_value]).cpu().numpy()
+            next_values = np.where(dones > 0, final_values, following)
+            advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
+                                            args.gae_lambda)
+            returns = advantages + values  # detail 5: the value target is advantage + value
+
+            # Flatten the rollout into one batch: under SAME_STEP every row is a real transition.
+            batch = dict(obs=obs, actions=actions, logprobs=logprobs, advantages=advantages, returns=returns,
+                         values=values, **({"masks": masks} if masked else {}))
+            batch = {name: torch.from_numpy(x.reshape((-1,) + x.shape[2:])).to(device) for name, x in batch.items()}
+            b_obs = batch.pop("obs")  # the rest is what the loss reads
+
+            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of sequences in time).
+            update_stats = []
+            for epoch in range(args.update_epochs):
+                if agent.memory is None:  # detail 6: a fresh shuffle each epoch; the minibatches cover the batch
+                    order = torch.randperm(len(b_obs), device=device)
+                    minibatches = ((mb, agent.encode(b_obs[mb])) for mb in order.tensor_split(args.num_minibatches))
+                else:  # (Capabilities) sequences in time, each replayed from its first state
+                    minibatches = sequence_minibatches(agent, rollout_obs, start_state, rollout_keep,
+                                                       args.num_minibatches, args.sequence_length)
+                for mb, hidden in minibatches:  # hidden: the minibatch's features (an image's CNN runs once)
+                    loss, stats = ppo_loss(agent, hidden, {name: x[mb] for name, x in batch.items()}, coefs, args)
+                    if not torch.isfinite(loss):
+                        raise FloatingPointError("loss")  # the run keeps its last complete iteration
+                    optimizer.zero_grad()
+                    loss.backward()
+                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11: global gradient clip
+                    optimizer.step()
+                    update_stats.append(stats)
+                if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
+                    break
+
+            # Logging: each statistic of the loss averaged over the update's minibatches, and this iteration's coefs.
+            losses = {f"losses/{name}": torch.stack([s[name] for s in update_stats]).mean().item() for name in stats}
+            var_y = batch["returns"].var().item()
+            explained = 1 - (batch["returns"] - batch["values"]).var().item() / var_y if var_y else np.nan
+            charts = {f"charts/{name}": value for name, value in coefs.items()}
+            run.end_iteration(iteration, global_step, {**charts, **losses, "losses/explained_variance": explained})
+    return run.checkpoint_path
+
+
+# ==================== Capabilities: images and Atari, Dict observations, multi-part actions and masks, memory ========
+# The core calls these only for the envs that need them; a reader of plain PPO on vectors may skip to Run safety.
+
+# The defaults tables: flags not given follow the env (env_defaults, applied before the arguments are checked).
+IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
+                  "update_epochs": 4, "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5,
+                  "eval_sample": True}  # CleanRL's Atari update (it evaluates by sampling too)
+MEMORY_DEFAULTS = {"norm_reward": True, "num_minibatches": 4, "sequence_length": 16}  # --recurrent, categorical
+
+
+def env_defaults(args, observations, actions):
+    """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) take IMAGE_DEFAULTS, a memory
+    with categorical actions on any other observation MEMORY_DEFAULTS, as in ppo_discrete.py (the command line parsed
+    again over them: flags given still win)."""
+    entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
+    if any(nature_sized(entry) for entry in entries):
+        return tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
+    if args.recurrent != "none" and not isinstance(actions, gym.spaces.Box):
+        return tyro.cli(Args, default=Args(**MEMORY_DEFAULTS))
+    return args
 
 
 class AtariTraining(gym.vector.VectorWrapper):
@@ -231,6 +583,44 @@ class AtariTraining(gym.vector.VectorWrapper):
         return obs, np.sign(rewards), terminations | infos["life_lost"], truncations, infos
 
 
+def engine_resets(done, infos):
+    """Where the engine resets a sub-env: where an episode ended, except at Atari's lost life (AtariTraining)."""
+    return done * (1.0 - infos["life_lost"]) if "life_lost" in infos else done
+
+
+class ActionMasks(gym.Wrapper):
+    """Invalid-action masks given another way reach train() as info["action_mask"], as gymnasium's Taxi-v4 gives them:
+    an "action_mask" entry of a Dict observation (PettingZoo's games; taken out of the observation, and the Dict
+    unwrapped if one entry is left) or an action_masks() method (sb3-contrib's), called after each reset and step."""
+
+    def __init__(self, env):
+        super().__init__(env)
+        space = env.observation_space
+        self.keys = [key for key in space.spaces if key != "action_mask"] if self.in_observation(env) else []
+        if self.keys:
+            rest = gym.spaces.Dict({key: space[key] for key in self.keys})
+            self.observation_space = rest[self.keys[0]] if len(self.keys) == 1 else rest
+        self.mask_source = "the observation's 'action_mask' entry" if self.keys else "the env's action_masks() method"
+
+    @staticmethod
+    def in_observation(env):
+        return isinstance(env.observation_space, gym.spaces.Dict) and "action_mask" in env.observation_space.spaces
+
+    def reset(self, **kwargs):
+        return self.with_mask(*self.env.reset(**kwargs))
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        obs, info = self.with_mask(obs, info)
+        return obs, reward, terminated, truncated, info
+
+    def with_mask(self, obs, info):
+        if not self.keys:
+            return obs, {**info, "action_mask": np.asarray(self.env.get_wrapper_attr("action_masks")())}
+        rest = obs[self.keys[0]] if len(self.keys) == 1 else {key: obs[key] for key in self.keys}
+        return rest, {**info, "action_mask": obs["action_mask"]}
+
+
 def action_mask(infos, num_envs, num_actions):
     """Each sub-env's valid actions, [num_envs, num_actions] bool, from info["action_mask"] (ActionMasks puts it there);
     all valid where it gave none. Under SAME_STEP a sub-env reset in the step gives its new episode's first mask."""
@@ -238,6 +628,27 @@ def action_mask(infos, num_envs, num_actions):
     if "action_mask" in infos and num_actions:
         mask[infos["_action_mask"]] = infos["action_mask"][infos["_action_mask"]].reshape(-1, num_actions)
     return mask
+
+
+def action_parts(space):
+    """The sizes of a categorical action's parts: Discrete one, MultiDiscrete one per entry, MultiBinary 2 per bit."""
+    if isinstance(space, gym.spaces.MultiBinary):
+        return [2] * int(np.prod(space.shape))
+    return [int(space.n)] if isinstance(space, gym.spaces.Discrete) else space.nvec.reshape(-1).tolist()
+
+
+def part_grid(parts):
+    """Where each part's values sit in a [parts, largest part] grid of the logits: part p's value v at p, v; the cells
+    past a part's size point at one extra logit, -1e8 (Agent.log_probs)."""
+    starts, columns = np.cumsum(parts) - parts, range(max(parts))
+    return torch.tensor([start + v if v < n else sum(parts) for start, n in zip(starts, parts) for v in columns])
+
+
+def env_actions(envs, index):
+    """The env's actions from the policy's [num_envs, parts] choices (an index into each part)."""
+    space = envs.single_action_space
+    start = 0 if isinstance(space, gym.spaces.MultiBinary) else np.reshape(space.start, -1)  # Discrete's: one part
+    return (index + start).reshape((len(index),) + space.shape).astype(space.dtype)
 
 
 def image_shape(space):
@@ -254,6 +665,18 @@ def nature_sized(space):
     """An image for the Nature CNN: 36 x 36 or more (Atari's 84 x 84); smaller ones (MiniGrid's 7 x 7) go to GridCNN."""
     image = image_shape(space)
     return image is not None and min(image[1:]) >= 36
+
+
+def buffer_dtype(space):
+    """The rollout buffer's type: images (and DictObservations' rows) stay uint8, a quarter of float32's memory."""
+    return np.uint8 if image_shape(space) is not None or isinstance(space, Packed) else np.float32
+
+
+def torch_threads(space):
+    """The Nature CNN gains from every core; an MLP or the grid CNN does not, and extra threads slow it on a busy
+    machine."""
+    entries = space.images if isinstance(space, Packed) else [space]
+    return len(os.sched_getaffinity(0)) if any(nature_sized(entry) for entry in entries) else 1
 
 
 def is_text(key, space):
@@ -297,12 +720,6 @@ class DictObservations(gym.ObservationWrapper):
         return np.concatenate([floats.view(np.uint8), *images])
 
 
-def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
-    torch.nn.init.orthogonal_(layer.weight, std)  # detail 2: orthogonal init, zero biases
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
-
-
 class NatureCNN(nn.Sequential):
     """Atari details: the Nature CNN (Mnih et al., 2015) on pixels scaled to [0, 1], 512 features for both heads."""
 
@@ -317,7 +734,7 @@ class NatureCNN(nn.Sequential):
 
     def forward(self, x):  # uint8 frames (the buffer's) of shape (N, H, W), (N, C, H, W) or (N, H, W, C)
         x = x.unsqueeze(1) if x.dim() == 3 else x if x.shape[1] == self[0].in_channels else x.movedim(-1, 1)
-        if x.device.type == "cpu":  # channels last: oneDNN's convolutions take it ~1.3x faster, the same float32 math
+        if x.device.type == "cpu":  # channels last: oneDNN's convolutions run faster on it, the same float32 math
             x = x.contiguous(memory_format=torch.channels_last)
         return super().forward(x.float() / self.scale)
 
@@ -357,217 +774,43 @@ class DictEncoder(nn.Module):
         return torch.cat(features, dim=1)
 
 
-def action_parts(space):
-    """The sizes of a categorical action's parts: Discrete one, MultiDiscrete one per entry, MultiBinary 2 per bit."""
-    if isinstance(space, gym.spaces.MultiBinary):
-        return [2] * int(np.prod(space.shape))
-    return [int(space.n)] if isinstance(space, gym.spaces.Discrete) else space.nvec.reshape(-1).tolist()
+def encoder_for(space):
+    """The Agent's encoder: the Nature CNN (Atari details: shared by actor and critic) for an image of 36 x 36 or
+    more, DictEncoder for a Dict with images, GridCNN for a smaller image; None for a vector (the MLPs read it)."""
+    if nature_sized(space):
+        return NatureCNN(*image_shape(space))
+    if isinstance(space, Packed):
+        return DictEncoder(space)
+    return GridCNN(*image_shape(space)) if image_shape(space) else None
 
 
-def env_actions(envs, index):
-    """The env's actions from the policy's [num_envs, parts] choices (an index into each part)."""
-    space = envs.single_action_space
-    start = 0 if isinstance(space, gym.spaces.MultiBinary) else np.reshape(space.start, -1)  # Discrete's: one part
-    return (index + start).reshape((len(index),) + space.shape).astype(space.dtype)
+def replay(memory, hidden, state, keep=None):
+    """The memory (an LSTM or GRU) over features hidden [T, N, F] (see Agent.remember): each sub-env's rows cut into
+    episodes and run at once as one packed batch (a loop over rows is much slower). Returns [T * N, units] and the
+    state after the last row."""
+    steps, n = hidden.shape[:2]
+    keep = torch.ones(steps, n, device=hidden.device) if keep is None else keep
+    starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
+    sequence = starts.cumsum(0).long() - 1  # each row's episode
+    lengths = torch.bincount(sequence).cpu()
+    rows = hidden.transpose(0, 1).flatten(0, 1).split(lengths.tolist())
+    initial = hidden.new_zeros(1, len(lengths), state.shape[1])
+    initial[0, sequence[::steps]] = state  # a sub-env's first episode goes on from its state, the others from 0
+    lstm = isinstance(memory, nn.LSTM)  # its state: h and c side by side
+    out, final = memory(nn.utils.rnn.pack_sequence(rows, enforce_sorted=False),
+                        initial.chunk(2, dim=2) if lstm else initial)
+    out = torch.cat(nn.utils.rnn.unpad_sequence(nn.utils.rnn.pad_packed_sequence(out)[0], lengths))
+    final = (torch.cat(final, dim=2) if lstm else final)[0, sequence[steps - 1:: steps]]
+    return out.view(n, steps, -1).transpose(0, 1).flatten(0, 1), final * keep[-1].unsqueeze(1)
 
 
-class Agent(nn.Module):
-    def __init__(self, envs, hidden_size=64, init_log_std=-1.0, recurrent="none"):
-        super().__init__()
-        space, actions = envs.single_observation_space, envs.single_action_space
-        self.discrete = not isinstance(actions, gym.spaces.Box)  # Discrete, MultiDiscrete, MultiBinary: categorical
-        if self.discrete:  # MultiDiscrete detail: one head gives the logits of every part
-            self.parts = action_parts(actions)
-            action_dim = sum(self.parts)
-            starts, columns = np.cumsum(self.parts) - self.parts, range(max(self.parts))  # a grid: value v of part p
-            grid = [start + v if v < n else action_dim for start, n in zip(starts, self.parts) for v in columns]
-            self.register_buffer("grid", torch.tensor(grid), persistent=False)  # not in checkpoints: from the space
-        else:  # continuous detail 2: a state-independent log standard deviation
-            self.parts, action_dim = [], int(np.prod(actions.shape))
-            self.actor_logstd = nn.Parameter(torch.full((1, action_dim), float(init_log_std)))
-        image = image_shape(space)
-        nature = nature_sized(space)
-        if nature:  # Atari details: one Nature CNN shared by actor and critic, a linear head each (after memory)
-            self.encoder = NatureCNN(*image)
-        else:  # a Dict with images, or a small grid: an encoder for the MLPs below (vectors go to them as they are)
-            self.encoder = DictEncoder(space) if isinstance(space, Packed) else GridCNN(*image) if image else None
-        obs_dim = self.encoder.features if self.encoder else int(np.prod(space.shape))
-        # memory (--recurrent): an LSTM or GRU layer after the encoder, for both heads (128 units after a Nature CNN)
-        layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[recurrent]
-        self.memory = layer(obs_dim, 128 if nature else hidden_size) if layer else None
-        obs_dim = self.memory.hidden_size if self.memory else obs_dim
-        if nature:
-            self.critic = layer_init(nn.Linear(obs_dim, 1), std=1.0)
-            self.actor = layer_init(nn.Linear(obs_dim, action_dim), std=0.01)
-            return
-        # detail 13: separate actor and critic networks, two tanh layers (64-64 by default)
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)),
-            nn.Tanh(),
-            layer_init(nn.Linear(hidden_size, hidden_size)),
-            nn.Tanh(),
-            layer_init(nn.Linear(hidden_size, 1), std=1.0),
-        )
-        # the actor's output: logits of a categorical policy (Discrete) or the mean of a normal policy (Box)
-        self.actor = nn.Sequential(
-            layer_init(nn.Linear(obs_dim, hidden_size)),
-            nn.Tanh(),
-            layer_init(nn.Linear(hidden_size, hidden_size)),
-            nn.Tanh(),
-            layer_init(nn.Linear(hidden_size, action_dim), std=0.01),
-        )
-
-    def encode(self, x):
-        return x if self.encoder is None else self.encoder(x)
-
-    def initial_state(self, num_envs):
-        """The memory's state of each sub-env at an episode's start: zeros (LSTM: h and c side by side; none: empty)."""
-        size = 0 if self.memory is None else self.memory.hidden_size * (2 if isinstance(self.memory, nn.LSTM) else 1)
-        return torch.zeros(num_envs, size, device=next(self.parameters()).device)
-
-    def remember(self, x, state, keep=None):
-        """Features of observations x [T, N, ...], as [T * N, features]. With memory, each sub-env's rows in time order
-        from its state [N, S], zeroed after each row where keep [T, N] is 0 (an episode's end; None: no end): no state
-        crosses an episode. Returns the features and the state after the last row (no memory: the state as it was)."""
-        hidden = self.encode(x.flatten(0, 1))
-        if self.memory is None:
-            return hidden, state
-        # each sub-env's rows cut into episodes, run at once as one packed batch (a loop over rows: ~30x slower)
-        steps, n = x.shape[:2]
-        keep = torch.ones(steps, n, device=x.device) if keep is None else keep
-        starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
-        sequence = starts.cumsum(0).long() - 1  # each row's episode
-        lengths = torch.bincount(sequence).cpu()
-        rows = hidden.view(steps, n, -1).transpose(0, 1).flatten(0, 1).split(lengths.tolist())
-        initial = hidden.new_zeros(1, len(lengths), state.shape[1])
-        initial[0, sequence[::steps]] = state  # a sub-env's first episode goes on from its state, the others from 0
-        lstm = isinstance(self.memory, nn.LSTM)  # its state: h and c side by side
-        out, final = self.memory(nn.utils.rnn.pack_sequence(rows, enforce_sorted=False),
-                                 initial.chunk(2, dim=2) if lstm else initial)
-        out = torch.cat(nn.utils.rnn.unpad_sequence(nn.utils.rnn.pad_packed_sequence(out)[0], lengths))
-        final = (torch.cat(final, dim=2) if lstm else final)[0, sequence[steps - 1:: steps]]
-        return out.view(n, steps, -1).transpose(0, 1).flatten(0, 1), final * keep[-1].unsqueeze(1)
-
-    def log_probs(self, hidden, mask=None):
-        """log pi(.|x), [N, parts, largest part]: a row a part; cells past a part's size and masked actions get -1e8."""
-        logits = self.actor(hidden)
-        if mask is not None:  # invalid-action masking: a masked action has no probability, gradient or entropy
-            logits = torch.where(mask, logits, -1e8)
-        if len(set(self.parts)) > 1:  # parts of different sizes: a cell past a part's end reads a -1e8 logit
-            logits = torch.cat([logits, logits.new_full((len(logits), 1), -1e8)], dim=-1)[:, self.grid]
-        return torch.log_softmax(logits.view(len(logits), len(self.parts), -1), dim=-1)  # a categorical per part
-
-    def policy(self, hidden, action=None, mask=None):
-        """The policy at encoded observations: an action (sampled unless given), its log-probability, the entropy.
-        A categorical action is an index into each part, its log-probability and entropy summed over the parts."""
-        if self.discrete:
-            log_probs = self.log_probs(hidden, mask)
-            if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p
-                action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
-            logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).sum((-2, -1))  # summed over the parts
-            return action, logprob, -(log_probs.exp() * log_probs).sum((-2, -1))
-        # continuous details 1 and 3: a normal distribution per action dimension, log-probabilities summed
-        mean = self.actor(hidden)
-        log_std = self.actor_logstd.expand_as(mean)
-        std = log_std.exp()
-        if action is None:
-            action = mean + std * torch.randn_like(mean)
-        logprob = (-0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        return action, logprob, (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
-
-    def act_deterministic(self, hidden, mask=None):  # for evaluation: each part's most probable value, or the mean
-        return self.log_probs(hidden, mask).argmax(dim=-1) if self.discrete else self.actor(hidden)
-
-
-class RunningMeanStd:
-    """Mean and variance of everything seen so far, updated batch by batch (Chan et al.'s parallel formula)."""
-
-    def __init__(self, shape=()):
-        self.mean = np.zeros(shape, np.float64)
-        self.var = np.ones(shape, np.float64)
-        self.count = 1e-4
-
-    def update(self, batch):
-        batch_mean, batch_var, batch_count = batch.mean(axis=0), batch.var(axis=0), batch.shape[0]
-        delta = batch_mean - self.mean
-        total = self.count + batch_count
-        self.mean = self.mean + delta * batch_count / total
-        self.var = (self.var * self.count + batch_var * batch_count + delta**2 * self.count * batch_count / total)
-        self.var /= total
-        self.count = total
-
-    def state_dict(self):
-        return {"mean": torch.tensor(self.mean), "var": torch.tensor(self.var), "count": float(self.count)}
-
-    def load_state_dict(self, state):
-        self.mean, self.var, self.count = state["mean"].numpy().copy(), state["var"].numpy().copy(), state["count"]
-
-
-def normalize_obs(obs, obs_rms, enabled, update, floats=None):
-    """Continuous details 6 and 7: observation normalization with statistics shared by all sub-envs, then clip.
-    update=False uses the statistics without changing them (evaluation). floats: of a Dict's rows (DictObservations),
-    the float entries that lead each row, the only part normalized (detail 6 is for vectors: images are not)."""
-    if floats is not None:
-        vector = normalize_obs(obs[:, : 4 * floats].view(np.float32), obs_rms, enabled, update)
-        return np.concatenate([vector.view(np.uint8), obs[:, 4 * floats:]], axis=1)
-    if not enabled:
-        return obs if obs.ndim > 2 else obs.astype(np.float32)  # a batch of images (any other is flat) stays uint8
-    if update:
-        obs_rms.update(obs)
-    return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
-
-
-class RewardScaler:
-    """Continuous details 8 and 9: divide rewards by the running std of the discounted return (no mean
-    subtracted), then clip. Each sub-env's discounted return restarts at every episode end, truncation included."""
-
-    def __init__(self, num_envs, gamma):
-        self.return_rms = RunningMeanStd()
-        self.discounted_return = np.zeros(num_envs, np.float64)
-        self.gamma = gamma
-
-    def scale(self, reward, real, done):
-        """reward, real (the step is a transition, not an autoreset), done (the step ended an episode): [num_envs]."""
-        self.discounted_return = self.discounted_return * self.gamma + reward
-        if real.any():
-            self.return_rms.update(self.discounted_return[real])
-        self.discounted_return[done] = 0.0
-        return np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -10.0, 10.0)
-
-
-def gae_lambda_for(action_space, given=None):
-    """Unless given: lower lambda for more action dimensions, a rule fitted on this project's MuJoCo screens
-    (benchmarks/results/README.md, "Why GAE's λ splits"): Humanoid-v5 learns at 0.8, Hopper-v5 at 0.95."""
-    dims = int(np.prod(action_space.shape)) if isinstance(action_space, gym.spaces.Box) else 1  # fitted on Box only
-    return given if given is not None else min(0.95, max(0.8, 1.0 - dims / 80))
-
-
-def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
-    """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout, each column (sub-env) its own
-    sequence. values[t] is V(obs[t]); next_values[t] is V of the true observation after step t: V(obs[t + 1]) while the
-    episode goes on, V(infos["final_obs"]) when step t ended it (under SAME_STEP, obs[t + 1] already belongs to the next
-    episode), the bootstrap a truncation (time limit) needs. A termination has no future (no bootstrap); any episode
-    end stops the recursion between episodes."""
-    advantages = np.zeros_like(rewards)
-    last_advantage = np.zeros(rewards.shape[1], dtype=rewards.dtype)
-    for t in reversed(range(rewards.shape[0])):
-        delta = rewards[t] + gamma * next_values[t] * (1.0 - terminations[t]) - values[t]
-        last_advantage = delta + gamma * gae_lambda * (1.0 - dones[t]) * last_advantage
-        advantages[t] = last_advantage
-    return advantages
-
-
-def minibatches(agent, b_obs, rollout, num_minibatches, sequence_length):
-    """Detail 6: a fresh shuffle each epoch, the minibatches together cover the batch. Yields each one's rows and
-    features; with memory, sequences of sequence_length steps (0: each sub-env's whole rollout) replayed from their
-    first states (rollout: obs, the state at its start, keep)."""
-    if agent.memory is None:
-        for mb in torch.randperm(len(b_obs), device=b_obs.device).tensor_split(num_minibatches):
-            yield mb, agent.encode(b_obs[mb])  # an image's CNN runs once for both heads (vectors pass as they are)
-        return
-    obs, state, keep = rollout
+def sequence_minibatches(agent, obs, state, keep, num_minibatches, sequence_length):
+    """Detail 6 with memory: each epoch, shuffled minibatches of sequences of sequence_length steps (0: each sub-env's
+    whole rollout), each replayed from its first state as this epoch's weights compute it (the rollout read again up to
+    it, no gradient). obs, keep (0 after an episode's end): [num_steps, num_envs] tensors; state: each sub-env's at the
+    rollout's start. Yields each minibatch's rows (of the batch) and features."""
     length = sequence_length or len(keep)
-    starts = []  # each sequence's first state under this epoch's weights: the rollout read again up to it, no gradient
+    starts = []
     with torch.no_grad():
         for step in range(0, len(keep), length):
             starts.append(state)
@@ -577,186 +820,12 @@ def minibatches(agent, b_obs, rollout, num_minibatches, sequence_length):
     def cut(x):  # [num_steps, num_envs, ...] as [length, sequences, ...]: sequence k * num_envs + n, sub-env n's k-th
         return x.unflatten(0, (-1, length)).transpose(0, 1).flatten(1, 2)
 
-    row = cut(torch.arange(keep.numel(), device=keep.device).view_as(keep))  # each row's place in the batch (b_*)
+    row = cut(torch.arange(keep.numel(), device=keep.device).view_as(keep))  # each row's place in the batch
     obs, keep, starts = cut(obs), cut(keep), torch.cat(starts)
     for seqs in torch.randperm(len(starts), device=keep.device).tensor_split(min(num_minibatches, len(starts))):
         seqs = seqs.sort().values  # whole rollouts: the rows in the batch's order (step, then sub-env)
         hidden, _ = agent.remember(obs[:, seqs], starts[seqs], keep[:, seqs])
         yield row[:, seqs].flatten(), hidden
-
-
-def ppo_loss(agent, hidden, actions, masks, old_logprobs, advantages, returns, old_values, args):
-    """The clipped PPO loss on one minibatch (features, each row under its step's action mask), and statistics."""
-    _, new_logprob, entropy = agent.policy(hidden, actions, masks)
-    new_value = agent.critic(hidden).view(-1)
-    logratio = new_logprob - old_logprobs
-    ratio = logratio.exp()
-
-    if args.norm_adv:  # detail 7: normalize advantages per minibatch
-        advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-
-    # detail 8: clipped surrogate objective. The ratio pi_new/pi_old is clipped to [1-eps, 1+eps] and the
-    # pessimistic (larger) of the two losses is taken, so pushing the ratio past the clip never pays.
-    pg_loss1 = -advantages * ratio
-    pg_loss2 = -advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-    if args.clip_vloss:  # detail 9: value loss clipped around the rollout's value estimate
-        v_clipped = old_values + torch.clamp(new_value - old_values, -args.clip_coef, args.clip_coef)
-        v_loss = 0.5 * torch.max((new_value - returns) ** 2, (v_clipped - returns) ** 2).mean()
-    else:
-        v_loss = 0.5 * ((new_value - returns) ** 2).mean()
-    entropy_loss = entropy.mean()
-    loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef  # detail 10: one combined loss
-
-    with torch.no_grad():  # detail 12: debug variables; approx_kl is the k3 estimator
-        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
-                 "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
-                 "clipfrac": ((ratio - 1.0).abs() > args.clip_coef).float().mean()}
-    return loss, stats
-
-
-def learning_rate(args, iteration, num_iterations):  # detail 4: annealed, linearly down to lr / num_iterations
-    return (1.0 - (iteration - 1.0) / num_iterations) * args.learning_rate if args.anneal_lr else args.learning_rate
-
-
-def train(args, checkpoint=None):
-    num_iterations = args.total_timesteps // (args.num_envs * args.num_steps)  # one batch an iteration
-    start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1  # a resumed run goes on after its checkpoint
-    run = Run(args, checkpoint, start_iteration, num_iterations)  # run safety (below): folder, logs, checkpoints
-    torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
-
-    envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), args.vectorization_mode)
-    space = envs.single_observation_space
-    floats = space.floats if isinstance(space, Packed) else None  # a Dict's float entries, normalized without images
-    image = image_shape(space) is not None or floats is not None
-    norm_obs = args.norm_obs and not image_shape(space)  # continuous detail 6 is for vectors: images are scaled by CNNs
-    nature = any(nature_sized(entry) for entry in (space.images if isinstance(space, Packed) else [space]))
-    # the Nature CNN gains from every core; an MLP or the grid CNN does not, and extra threads slow it on a busy machine
-    torch.set_num_threads(len(os.sched_getaffinity(0)) if nature else 1)
-    args.gae_lambda = gae_lambda_for(envs.single_action_space, args.gae_lambda)  # kept by checkpoints from here on
-    agent = Agent(envs, args.hidden_size, args.init_log_std, args.recurrent).to(device)
-    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
-    obs_rms = RunningMeanStd(space.shape if floats is None else (floats,))
-    reward_scaler = RewardScaler(args.num_envs, args.gamma)
-    # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
-    state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
-
-    # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
-    obs_shape = envs.single_observation_space.shape
-    action_shape = (len(agent.parts),) if agent.discrete else envs.single_action_space.shape  # categorical: an index
-    obs_dtype = np.uint8 if image else np.float32  # frames stay uint8: a quarter of float32's memory
-    obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=obs_dtype)
-    final_obs = np.zeros((args.num_steps, args.num_envs) + obs_shape, dtype=obs_dtype)  # normalized, at episode ends
-    final_states = torch.zeros((args.num_steps,) + agent.initial_state(args.num_envs).shape, device=device)  # memory
-    actions = np.zeros((args.num_steps, args.num_envs) + action_shape, dtype=np.int64 if agent.discrete else np.float32)
-    masks = np.ones((args.num_steps, args.num_envs, sum(agent.parts)), dtype=bool)  # the valid actions at each step
-    logprobs, rewards, terminations, dones, resets = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
-                                                      for _ in range(5))
-    low, high = (None, None) if agent.discrete else (envs.single_action_space.low, envs.single_action_space.high)
-    every_env = np.ones(args.num_envs, dtype=bool)  # under SAME_STEP every step of every sub-env is a real transition
-
-    with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
-        global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
-        # A resumed run starts fresh episodes, seeded apart from the original run's first ones.
-        next_obs, infos = envs.reset(seed=args.seed + start_iteration - 1)
-        next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True, floats=floats)
-        masked = args.action_mask and agent.discrete and "action_mask" in infos  # detail: invalid-action masking
-        next_mask = action_mask(infos, args.num_envs, sum(agent.parts))
-        state = agent.initial_state(args.num_envs)  # memory's state (--recurrent), carried from step to step
-        for iteration in range(start_iteration, num_iterations + 1):
-            optimizer.param_groups[0]["lr"] = learning_rate(args, iteration, num_iterations)
-            start_state = state  # where the update replays each sub-env's sequence from
-
-            # Rollout: num_steps steps in every sub-environment with the current policy.
-            for step in range(args.num_steps):
-                global_step += args.num_envs
-                obs[step] = next_obs
-                masks[step] = next_mask  # kept: the update scores each action under the mask it was chosen under
-                with torch.no_grad():
-                    mask = torch.from_numpy(masks[step]).to(device) if masked else None
-                    hidden, state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device), state)
-                    action, logprob, _ = agent.policy(hidden, mask=mask)
-                actions[step] = action.cpu().numpy()
-                logprobs[step] = logprob.cpu().numpy()
-
-                # continuous detail 5: the env gets the action clipped to its bounds; the buffer keeps the sampled one
-                if agent.discrete:
-                    next_obs, reward, terminated, truncated, infos = envs.step(env_actions(envs, actions[step]))
-                else:
-                    next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], low, high))
-                next_done = np.logical_or(terminated, truncated)
-                next_mask = action_mask(infos, args.num_envs, sum(agent.parts))  # a reset sub-env's: its new episode's
-                if "_final_obs" in infos:  # (a lost life ends a training episode of Atari but not the game: no reset)
-                    # SAME_STEP: the finished sub-envs are already reset; their true last observation is in
-                    # infos["final_obs"]. Normalize it with the same statistics as every other observation.
-                    true_last_obs = next_obs.copy()
-                    true_last_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
-                    final_obs[step] = normalize_obs(true_last_obs, obs_rms, norm_obs, update=False, floats=floats)
-                    episode, ended = infos["final_info"]["episode"], infos["final_info"]["_episode"]
-                    for i in np.flatnonzero(ended):
-                        run.log_episode(episode["r"][i], episode["l"][i], global_step)
-                next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True, floats=floats)
-                if args.norm_reward:
-                    reward = reward_scaler.scale(reward, real=every_env, done=next_done)
-                rewards[step] = reward
-                terminations[step] = terminated
-                dones[step] = next_done
-                # memory: a final observation is valued under the state that reached it; the next episode from zeros
-                # (where the engine reset: Atari's lost life ends a training episode, the game and its memory go on)
-                resets[step] = next_done & ~infos["life_lost"] if "life_lost" in infos else next_done
-                final_states[step] = state
-                state = state * torch.from_numpy(1.0 - resets[step: step + 1].T).to(device)
-
-            # The critic is fixed in the rollout: its values in one batch after it (next_values: see compute_advantages)
-            rollout = torch.from_numpy(obs).to(device), start_state, torch.from_numpy(1.0 - resets).to(device)
-            finals = torch.from_numpy(final_obs).to(device)
-            values, final_values = (torch.zeros((args.num_steps, args.num_envs), device=device) for _ in range(2))
-            with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
-                for group in torch.arange(args.num_envs).tensor_split(min(args.num_minibatches, args.num_envs)):
-                    hidden, _ = agent.remember(rollout[0][:, group], start_state[group], rollout[2][:, group])
-                    values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
-                    # each final observation alone (one row each), under the state that reached it
-                    hidden, _ = agent.remember(finals[:, group].reshape((1, -1) + obs_shape),
-                                               final_states[:, group].flatten(0, 1))
-                    final_values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
-                hidden, _ = agent.remember(torch.from_numpy(next_obs[None]).to(device), state)
-                next_value = agent.critic(hidden).view(1, args.num_envs)
-            values, following = values.cpu().numpy(), torch.cat([values[1:], next_value]).cpu().numpy()
-            next_values = np.where(dones > 0, final_values.cpu().numpy(), following)
-            advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
-                                            args.gae_lambda)
-            returns = advantages + values  # detail 5: the value target is advantage + value
-
-            # Flatten the rollout into one batch: under SAME_STEP every row is a real transition.
-            b_obs, b_actions, b_masks, b_logprobs, b_advantages, b_returns, b_values = (
-                torch.from_numpy(x.reshape((args.num_envs * args.num_steps,) + x.shape[2:])).to(device)
-                for x in (obs, actions, masks, logprobs, advantages, returns, values))
-
-            # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of sequences in time).
-            update_stats = []
-            for epoch in range(args.update_epochs):
-                for mb, hidden in minibatches(agent, b_obs, rollout, args.num_minibatches, args.sequence_length):
-                    loss, stats = ppo_loss(agent, hidden, b_actions[mb], b_masks[mb] if masked else None,
-                                           b_logprobs[mb], b_advantages[mb], b_returns[mb], b_values[mb], args)
-                    if not torch.isfinite(loss):
-                        raise FloatingPointError("loss")  # the run keeps its last complete iteration
-                    optimizer.zero_grad()
-                    loss.backward()
-                    nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)  # detail 11: global gradient clip
-                    optimizer.step()
-                    update_stats.append(stats)
-                if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
-                    break
-
-            # Logging: each statistic of the loss averaged over the update's minibatches.
-            losses = {f"losses/{name}": torch.stack([s[name] for s in update_stats]).mean().item() for name in stats}
-            var_y, lr = b_returns.var().item(), optimizer.param_groups[0]["lr"]
-            losses["losses/explained_variance"] = 1 - (b_returns - b_values).var().item() / var_y if var_y else np.nan
-            run.end_iteration(iteration, global_step, {"charts/learning_rate": lr, **losses})
-    return run.checkpoint_path
 
 
 # ==================== Run safety: nothing below changes what PPO computes ====================
@@ -835,19 +904,7 @@ def check_env(args, env_kwargs):
         rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
         env = make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None)()
     except Exception as e:  # an unknown id, arguments the env does not take, a simulator or renderer that does not load
-        kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
-        bad_input = isinstance(e, (gym.error.Error, TypeError, ValueError))  # else the env's own code failed
-        module = args.env_id.split(":")[0] if ":" in args.env_id else None
-        envpool = importlib.import_module("envpool") if importlib.util.find_spec("envpool") else None
-        hint = (f"; is {module}.py in {os.path.dirname(os.path.abspath(__file__))} or on PYTHONPATH?"
-                if f"No module named '{module}'" in str(e) else
-                "; it is EnvPool's: ppo_continuous.py and ppo_discrete.py train it with --env-backend envpool"
-                if isinstance(e, gym.error.NameNotFound) and envpool and args.env_id in envpool.list_all_envs() else
-                "; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
-                if isinstance(e, gym.error.NameNotFound) and not module else
-                f"; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
-                if "MUJOCO_GL" in os.environ and not bad_input else "")
-        fail(f"cannot make env '{args.env_id}'{kwargs}: {type(e).__name__}: {first_line(e)}{hint}")
+        fail(f"cannot make env '{args.env_id}'{make_failure(args, e)}")
     actions, observations = env.action_space, env.unwrapped.observation_space  # before make_env flattens it
     with contextlib.suppress(Exception):  # a close() that fails is said when training's envs close, after the run
         env.close()
@@ -868,7 +925,30 @@ def check_env(args, env_kwargs):
     elif not flattens(observations):
         fail(f"{args.env_id} has a {type(observations).__name__} observation space; {SCRIPT} needs one that flattens "
              "into a vector, or a Dict with an image (make one in a wrapper)")
-    return observations
+    return observations, actions
+
+
+def make_failure(args, error):
+    """What went wrong when the env was made: the error, where the env's own code raised it, and a hint."""
+    kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
+    said = f"{kwargs}: {type(error).__name__}" + (f": {first_line(error)}" if str(error) else "")
+    ours = (os.path.dirname(gym.__file__), os.path.abspath(__file__), "<frozen ")  # not the env's own
+    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith(ours)]
+    if frames:  # the env's own code (or a package it calls)
+        said += f" (raised at {frames[-1].filename}, line {frames[-1].lineno})"
+    module = args.env_id.split(":")[0] if ":" in args.env_id else None
+    envpool = importlib.import_module("envpool") if importlib.util.find_spec("envpool") else None
+    if f"No module named '{module}'" in str(error):
+        return f"{said}; is {module}.py in {os.path.dirname(os.path.abspath(__file__))} or on PYTHONPATH?"
+    if isinstance(error, gym.error.NameNotFound) and envpool and args.env_id in envpool.list_all_envs():
+        return f"{said}; it is one of EnvPool's envs: add --env-backend envpool"
+    if isinstance(error, gym.error.NameNotFound) and not module:
+        return f"{said}; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
+    text = " ".join([str(error), *(frame.filename for frame in frames)])
+    renderer = re.search(r"\begl|osmesa|glfw|opengl", text, re.IGNORECASE)
+    if renderer and "MUJOCO_GL" in os.environ:  # the renderer's own failure (EGL, OSMesa, GLFW, OpenGL)
+        return f"{said}; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
+    return said
 
 
 def load_checkpoint(path):
@@ -935,9 +1015,9 @@ def parse_args():
         args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
         if ":" in args.env_id and args.env_id != command_line_env:  # gym.make would import the module before the colon
             fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
-    observations = check_env(args, env_kwargs_of(args))  # the env first: what it gives may change the defaults
+    observations, actions = check_env(args, env_kwargs_of(args))  # the env first: it may change the defaults
     if not checkpoint:  # a resumed run keeps its settings
-        args = env_defaults(args, observations)
+        args = env_defaults(args, observations, actions)
     check_args(args, observations)  # the settings as they will train
     return args, checkpoint
 
@@ -950,7 +1030,7 @@ class CheckedEnvs(gym.vector.VectorWrapper):
     """The env's exceptions and hangs (no answer within `timeout` s) become EnvError; non-finite
     observations or rewards, FloatingPointError. After a failure, close() stops the workers without waiting."""
 
-    def __init__(self, envs, timeout, use_masks=True):
+    def __init__(self, envs, timeout, use_masks):
         super().__init__(envs)
         self.timeout, self.failed, self.log_level = timeout, False, gym.logger.min_level
         self.use_masks, self.masks_said = use_masks, False  # the first mask says where the env's masks come from
@@ -1044,39 +1124,6 @@ class CheckedEnvs(gym.vector.VectorWrapper):
         self.env.closed = True
 
 
-class ActionMasks(gym.Wrapper):
-    """Invalid-action masks given another way reach train() as info["action_mask"], as gymnasium's Taxi-v4 gives them:
-    an "action_mask" entry of a Dict observation (PettingZoo's games; taken out of the observation, and the Dict
-    unwrapped if one entry is left) or an action_masks() method (sb3-contrib's), called after each reset and step."""
-
-    def __init__(self, env):
-        super().__init__(env)
-        space = env.observation_space
-        self.keys = [key for key in space.spaces if key != "action_mask"] if self.in_observation(env) else []
-        if self.keys:
-            rest = gym.spaces.Dict({key: space[key] for key in self.keys})
-            self.observation_space = rest[self.keys[0]] if len(self.keys) == 1 else rest
-        self.mask_source = "the observation's 'action_mask' entry" if self.keys else "the env's action_masks() method"
-
-    @staticmethod
-    def in_observation(env):
-        return isinstance(env.observation_space, gym.spaces.Dict) and "action_mask" in env.observation_space.spaces
-
-    def reset(self, **kwargs):
-        return self.with_mask(*self.env.reset(**kwargs))
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        obs, info = self.with_mask(obs, info)
-        return obs, reward, terminated, truncated, info
-
-    def with_mask(self, obs, info):
-        if not self.keys:
-            return obs, {**info, "action_mask": np.asarray(self.env.get_wrapper_attr("action_masks")())}
-        rest = obs[self.keys[0]] if len(self.keys) == 1 else {key: obs[key] for key in self.keys}
-        return rest, {**info, "action_mask": obs["action_mask"]}
-
-
 class StreamedVideo(gym.wrappers.RecordVideo):
     """gymnasium's RecordVideo (1.4.0), but each frame goes to the file as it is rendered: RecordVideo holds an
     episode's frames in memory until it ends (a 27,000-step Atari game filmed in color: about 10.9 GB)."""
@@ -1121,7 +1168,7 @@ class Run:
                   f"{self.total_timesteps:,} steps")  # a number given (not a default), cut to batches
         if checkpoint and args.anneal_lr and self.total_timesteps > saved["total_timesteps"] // batch * batch:
             print(f"extending the run to {self.total_timesteps:,} steps: the learning rate follows that longer run's "
-                  f"schedule, {learning_rate(args, start_iteration, num_iterations):.3g} from here")
+                  f"schedule, {learning_rate(args, (start_iteration - 1.0) / num_iterations):.3g} from here")
         self.name, self.dir, self.lock = open_run_folder(args, checkpoint)
         self.checkpoint_path, self.finished = os.path.join(self.dir, "checkpoint.pt"), False  # finished: see save()
         if checkpoint and os.path.exists(self.checkpoint_path):  # read again under the lock: another process may have
@@ -1294,9 +1341,9 @@ def evaluate(args, checkpoint):
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, "sync", film_first=args.eval_episodes, training=False)
-    agent = Agent(envs, args.hidden_size, args.init_log_std, args.recurrent)
+    agent = Agent(envs, args)
     floats = envs.single_observation_space.floats if isinstance(envs.single_observation_space, Packed) else None
-    obs_rms = RunningMeanStd(envs.single_observation_space.shape if floats is None else (floats,))
+    obs_rms = RunningMeanStd(shape=envs.single_observation_space.shape if floats is None else (floats,))
     restore(checkpoint, {"model": agent, "obs_rms": obs_rms}, args.env_id)  # continuous detail 6: statistics frozen
     episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, infos = envs.reset(seed=args.seed)
@@ -1308,7 +1355,8 @@ def evaluate(args, checkpoint):
         mask = torch.from_numpy(action_mask(infos, 1, sum(agent.parts))) if given else None
         with torch.no_grad():
             hidden, state = agent.remember(obs, state)
-            action = agent.policy(hidden, mask=mask)[0] if args.eval_sample else agent.act_deterministic(hidden, mask)
+            out = agent.actor(hidden)
+            action = agent.policy(out, mask=mask)[0] if args.eval_sample else agent.act_deterministic(out, mask)
         action = action.numpy()
         action = env_actions(envs, action) if agent.discrete else np.clip(action, space.low, space.high)
         next_obs, reward, terminated, truncated, infos = envs.step(action)
