@@ -397,9 +397,7 @@ def train(args, checkpoint=None):
                 rewards[step] = reward
                 terminations[step] = terminated
                 dones[step] = next_done
-                if "episode" in infos:
-                    for i in np.flatnonzero(infos["_episode"]):
-                        run.log_episode(infos["episode"]["r"][i], infos["episode"]["l"][i], global_step)
+                run.log_episodes(infos, global_step)
 
             # The critic is fixed during the rollout, so its values are computed in one batch afterwards:
             # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row. With memory, under
@@ -445,12 +443,11 @@ def train(args, checkpoint=None):
                 if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                     break
 
-            # Logging: each statistic of the loss averaged over the update's minibatches, and this iteration's coefs.
-            losses = {f"losses/{name}": torch.stack([s[name] for s in update_stats]).mean().item() for name in stats}
-            var_y = batch["returns"].var().item()
-            explained = 1 - (batch["returns"] - batch["values"]).var().item() / var_y if var_y else np.nan
-            charts = {f"charts/{name}": value for name, value in coefs.items()}
-            run.end_iteration(iteration, global_step, {**charts, **losses, "losses/explained_variance": explained})
+            # Logging: each statistic of the loss averaged over the update's minibatches, as losses/<name>; coefs too.
+            losses = {name: torch.stack([s[name] for s in update_stats]).mean().item() for name in stats}
+            var_y, residual = batch["returns"].var().item(), (batch["returns"] - batch["values"]).var().item()
+            losses["explained_variance"] = 1 - residual / var_y if var_y else np.nan
+            run.end_iteration(iteration, global_step, coefs, losses)
     return run.checkpoint_path
 
 
@@ -1177,13 +1174,17 @@ class Run:
         print(f"\n{SCRIPT} stopped by {type(error).__name__} {where}; {outcome}", file=sys.stderr)
         raise error  # neither the env's nor the disk's fault: show where it happened
 
-    def log_episode(self, episodic_return, length, global_step):
-        self.recent_returns.append(float(episodic_return))
-        self.writer.add_scalar("charts/episodic_return", episodic_return, global_step)
-        self.writer.add_scalar("charts/episodic_length", length, global_step)
+    def log_episodes(self, infos, global_step):
+        """The raw return and length of each episode that ended in a step (gymnasium's RecordEpisodeStatistics)."""
+        for i in np.flatnonzero(infos["_episode"]) if "episode" in infos else []:
+            self.recent_returns.append(float(infos["episode"]["r"][i]))
+            self.writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
+            self.writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
 
-    def end_iteration(self, iteration, global_step, scalars):
+    def end_iteration(self, iteration, global_step, coefs, losses):
         """Keep this iteration's state, log, show progress, and checkpoint when it is time (or a signal came)."""
+        scalars = {**{f"charts/{name}": value for name, value in coefs.items()},
+                   **{f"losses/{name}": value for name, value in losses.items()}}
         self.global_step, final, args = global_step, iteration == self.num_iterations, self.args
         self.last_complete = {name: copy.deepcopy(obj.state_dict()) for name, obj in self.state.items()}
         self.last_complete.update(global_step=global_step, iteration=iteration, args=asdict(args), run_name=self.name,

@@ -361,6 +361,18 @@ def compute_advantages(rewards, values, next_values, terminations, dones, gamma,
     return advantages
 
 
+def final_observation_values(agent, final_obs, final_states, ended):
+    """V of the true last observation of each row that ended an episode (ended: [num_steps, num_envs]), each alone
+    under the memory's state that reached it; 0 elsewhere (the rows where nothing ended are not read)."""
+    values = np.zeros(ended.shape, dtype=np.float32)
+    if ended.any():
+        device = final_states.device
+        hidden, _ = agent.remember(torch.from_numpy(final_obs[ended][None]).to(device),
+                                   final_states[torch.from_numpy(ended).to(device)])
+        values[ended] = agent.critic(hidden).view(-1).cpu().numpy()
+    return values
+
+
 def ppo_loss(agent, hidden, mb, coefs, args):
     """The clipped PPO loss on one minibatch (its features `hidden`; `mb`: the batch's rows), and its statistics.
     coefs: this iteration's coefficients (see train())."""
@@ -421,8 +433,7 @@ def train(args, checkpoint=None):
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
     state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
 
-    # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
-    rows = (args.num_steps, args.num_envs)
+    rows = (args.num_steps, args.num_envs)  # Rollout buffer, [num_steps, num_envs]: a column is a sub-env's sequence
     obs = np.zeros(rows + space.shape, dtype=buffer_dtype(space))  # (Capabilities) images stay uint8
     final_obs = np.zeros(rows + space.shape, dtype=buffer_dtype(space))  # normalized, read where an episode ended
     final_states = torch.zeros((args.num_steps,) + agent.initial_state(args.num_envs).shape, device=device)  # memory
@@ -434,8 +445,7 @@ def train(args, checkpoint=None):
 
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
-        # A resumed run starts fresh episodes, seeded apart from the original run's first ones.
-        next_obs, infos = envs.reset(seed=args.seed + start_iteration - 1)
+        next_obs, infos = envs.reset(seed=args.seed + start_iteration - 1)  # a resumed run: fresh episodes
         next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True, floats=floats)
         masked = args.action_mask and agent.discrete and "action_mask" in infos  # (Capabilities) invalid-action masks
         next_mask = action_mask(infos, args.num_envs, sum(agent.parts))
@@ -462,21 +472,16 @@ def train(args, checkpoint=None):
                 logprobs[step] = logprob.cpu().numpy()
 
                 # continuous detail 5: the env gets the action clipped to its bounds; the buffer keeps the sampled one
-                if agent.discrete:
-                    next_obs, reward, terminated, truncated, infos = envs.step(env_actions(envs, actions[step]))
-                else:
-                    next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], low, high))
+                sent = env_actions(envs, actions[step]) if agent.discrete else np.clip(actions[step], low, high)
+                next_obs, reward, terminated, truncated, infos = envs.step(sent)
                 next_done = np.logical_or(terminated, truncated)
                 next_mask = action_mask(infos, args.num_envs, sum(agent.parts))  # a reset sub-env's: its new episode's
                 if "_final_obs" in infos:  # (a lost life ends a training episode of Atari but not the game: no reset)
-                    # SAME_STEP: the finished sub-envs are already reset; their true last observation is in
-                    # infos["final_obs"]. Normalize it with the same statistics as every other observation.
+                    # SAME_STEP: the ended sub-envs are reset already; their true last observation: infos["final_obs"]
                     true_last_obs = next_obs.copy()
                     true_last_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
                     final_obs[step] = normalize_obs(true_last_obs, obs_rms, norm_obs, update=False, floats=floats)
-                    episode, ended = infos["final_info"]["episode"], infos["final_info"]["_episode"]
-                    for i in np.flatnonzero(ended):
-                        run.log_episode(episode["r"][i], episode["l"][i], global_step)
+                    run.log_episodes(infos["final_info"], global_step)  # statistics of the episodes that ended
                 next_obs = normalize_obs(next_obs, obs_rms, norm_obs, update=True, floats=floats)
                 if args.norm_reward:
                     reward = reward_scaler.scale(reward, done=next_done)
@@ -484,23 +489,18 @@ def train(args, checkpoint=None):
                 terminations[step] = terminated
                 dones[step] = next_done
                 # memory: a final observation is valued under the state that reached it; the next episode from zeros
-                # (where the engine reset: Atari's lost life ends a training episode, the game and its memory go on)
                 resets[step] = engine_resets(next_done, infos)
                 final_states[step] = state
                 state = state * torch.from_numpy(1.0 - resets[step: step + 1].T).to(device)
 
             # The critic is fixed in the rollout: its values in one batch after it (next_values: see compute_advantages)
             rollout_obs, rollout_keep = torch.from_numpy(obs).to(device), torch.from_numpy(1.0 - resets).to(device)
-            values, final_values = torch.zeros(rows, device=device), np.zeros(rows, dtype=np.float32)
+            values = torch.zeros(rows, device=device)
             with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
                 for group in torch.arange(args.num_envs).tensor_split(min(args.num_minibatches, args.num_envs)):
                     hidden, _ = agent.remember(rollout_obs[:, group], start_state[group], rollout_keep[:, group])
                     values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
-                ended = dones > 0  # rows whose final observation is read: each alone, under the state that reached it
-                if ended.any():
-                    hidden, _ = agent.remember(torch.from_numpy(final_obs[ended][None]).to(device),
-                                               final_states[torch.from_numpy(ended).to(device)])
-                    final_values[ended] = agent.critic(hidden).view(-1).cpu().numpy()
+                final_values = final_observation_values(agent, final_obs, final_states, dones > 0)
                 hidden, _ = agent.remember(torch.from_numpy(next_obs[None]).to(device), state)
                 next_value = agent.critic(hidden).view(1, args.num_envs)
             values, following = values.cpu().numpy(), torch.cat([values[1:], next_value]).cpu().numpy()
@@ -536,12 +536,11 @@ def train(args, checkpoint=None):
                 if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                     break
 
-            # Logging: each statistic of the loss averaged over the update's minibatches, and this iteration's coefs.
-            losses = {f"losses/{name}": torch.stack([s[name] for s in update_stats]).mean().item() for name in stats}
-            var_y = batch["returns"].var().item()
-            explained = 1 - (batch["returns"] - batch["values"]).var().item() / var_y if var_y else np.nan
-            charts = {f"charts/{name}": value for name, value in coefs.items()}
-            run.end_iteration(iteration, global_step, {**charts, **losses, "losses/explained_variance": explained})
+            # Logging: each statistic of the loss averaged over the update's minibatches, as losses/<name>; coefs too.
+            losses = {name: torch.stack([s[name] for s in update_stats]).mean().item() for name in stats}
+            var_y, residual = batch["returns"].var().item(), (batch["returns"] - batch["values"]).var().item()
+            losses["explained_variance"] = 1 - residual / var_y if var_y else np.nan
+            run.end_iteration(iteration, global_step, coefs, losses)
     return run.checkpoint_path
 
 
@@ -1247,13 +1246,17 @@ class Run:
         print(f"\n{SCRIPT} stopped by {type(error).__name__} {where}; {outcome}", file=sys.stderr)
         raise error  # neither the env's nor the disk's fault: show where it happened
 
-    def log_episode(self, episodic_return, length, global_step):
-        self.recent_returns.append(float(episodic_return))
-        self.writer.add_scalar("charts/episodic_return", episodic_return, global_step)
-        self.writer.add_scalar("charts/episodic_length", length, global_step)
+    def log_episodes(self, infos, global_step):
+        """The raw return and length of each episode that ended in a step (gymnasium's RecordEpisodeStatistics)."""
+        for i in np.flatnonzero(infos["_episode"]) if "episode" in infos else []:
+            self.recent_returns.append(float(infos["episode"]["r"][i]))
+            self.writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
+            self.writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
 
-    def end_iteration(self, iteration, global_step, scalars):
+    def end_iteration(self, iteration, global_step, coefs, losses):
         """Keep this iteration's state, log, show progress, and checkpoint when it is time (or a signal came)."""
+        scalars = {**{f"charts/{name}": value for name, value in coefs.items()},
+                   **{f"losses/{name}": value for name, value in losses.items()}}
         self.global_step, final, args = global_step, iteration == self.num_iterations, self.args
         self.last_complete = {name: copy.deepcopy(obj.state_dict()) for name, obj in self.state.items()}
         self.last_complete.update(global_step=global_step, iteration=iteration, args=asdict(args), run_name=self.name,

@@ -30,10 +30,12 @@ SETUP = [(SCRIPT, "make_envs"), (SCRIPT, "__init__"), ("adam.py", "__init__"), (
 # phase: the functions (file name fragment, function name) whose time counts, each only where train() calls it
 PHASES = {
     "env steps": [(SCRIPT, "step")],  # the scripts' CheckedEnvs wrapper around the vector env
-    "policy in the rollout": [(SCRIPT, "remember"), (SCRIPT, "policy")],  # remember: with the values' one pass
+    # remember: with the values' one pass; the actor's forward pass in the rollout (agent.actor, a module call from
+    # train) counts with the critic's under "values and GAE"
+    "policy in the rollout": [(SCRIPT, "remember"), (SCRIPT, "policy")],
     "normalization and reward scaling": [(SCRIPT, "normalize_obs"), (SCRIPT, "scale")],
     "values and GAE": [("module.py", "_wrapped_call_impl"), (SCRIPT, "compute_advantages"), (SCRIPT, "real_transitions")],
-    "update": [(SCRIPT, "minibatches"), (SCRIPT, "ppo_loss"), ("_tensor.py", "backward"), ("clip_grad.py", "_no_grad_wrapper"),
+    "update": [(SCRIPT, "<genexpr>"), (SCRIPT, "sequence_minibatches"), (SCRIPT, "ppo_loss"), ("_tensor.py", "backward"), ("clip_grad.py", "_no_grad_wrapper"),
                ("optimizer.py", "wrapper"), ("_compile.py", "inner")],
     "logging, state copy and checkpoints": [(SCRIPT, "log_episode"), (SCRIPT, "end_iteration")],
 }

@@ -20,13 +20,13 @@ import ppo_continuous as ppo  # noqa: E402
 
 def main(repeats=40):
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("Humanoid-v5")])
-    agent = ppo.Agent(envs, 64, -1.0)
+    agent = ppo.Agent(envs, ppo.Args())
     optimizer = torch.optim.Adam(agent.parameters(), lr=3e-4, eps=1e-5)
     obs = torch.randn(8, envs.single_observation_space.shape[0])
-    (agent.critic(obs).sum() + agent.policy(obs)[1].sum()).backward()
+    (agent.critic(obs).sum() + agent.policy(agent.actor(obs))[1].sum()).backward()
     optimizer.step()  # Adam's moments exist, as in a real checkpoint
     state = {"model": agent.state_dict(), "optimizer": optimizer.state_dict(), "global_step": 1, "iteration": 1,
-             "obs_rms": ppo.RunningMeanStd(envs.single_observation_space.shape).state_dict(),
+             "obs_rms": ppo.RunningMeanStd(shape=envs.single_observation_space.shape).state_dict(),
              "rng_state": torch.get_rng_state()}
     folder = tempfile.mkdtemp(dir=".")
     path, tmp = os.path.join(folder, "checkpoint.pt"), os.path.join(folder, "checkpoint.pt.tmp")

@@ -51,9 +51,10 @@ def experiments(ppo):
 
     def shuffled_advantages():
         generator = np.random.default_rng(0)
-        def real_transitions(valid, *rollout):
-            batch = original_transitions(valid, *rollout)
-            batch[3] = batch[3][generator.permutation(len(batch[3]))]  # advantages, independent of the actions
+        def real_transitions(valid, **rollout):
+            batch = original_transitions(valid, **rollout)
+            advantages = batch["advantages"]
+            batch["advantages"] = advantages[generator.permutation(len(advantages))]  # independent of the actions
             return batch
         ppo.real_transitions = real_transitions
 
@@ -84,9 +85,9 @@ def experiments(ppo):
 
     def snapshot_per_update():
         """The rollout's network, copied once per update (real_transitions runs once, right before it)."""
-        def real_transitions(valid, *rollout):
+        def real_transitions(valid, **rollout):
             live["old"] = copy.deepcopy(live["agent"]).requires_grad_(False)
-            return original_transitions(valid, *rollout)
+            return original_transitions(valid, **rollout)
         ppo.real_transitions = real_transitions
         ppo.Agent = Agent
 
@@ -108,19 +109,19 @@ def experiments(ppo):
         """The new policy's mean and log std at the features (here the observations), and the rollout policy's, each
         of shape [batch, action dims]."""
         old = live["old"]
-        mean, old_mean = agent.actor_mean(hidden), old.actor_mean(hidden)
+        mean, old_mean = agent.actor(hidden), old.actor(hidden)
         return mean, old_mean, agent.actor_logstd.expand_as(mean), old.actor_logstd.expand_as(mean)
 
     def decoupled():
         """PPO-CMA / MPO: the mean's surrogate at the rollout's std, the std's surrogate at the rollout's mean."""
         snapshot_per_update()
 
-        def ppo_loss(agent, hidden, actions, old_logprobs, advantages, returns, old_values, args):
-            loss, stats = original_loss(agent, hidden, actions, old_logprobs, advantages, returns, old_values, args)
+        def ppo_loss(agent, hidden, mb, coefs, args):
+            loss, stats = original_loss(agent, hidden, mb, coefs, args)
             mean, old_mean, log_std, old_log_std = policies(agent, hidden)
-            surrogate = 0.0
+            surrogate, actions = 0.0, mb["actions"]
             for new_logprob in (logprob(actions, mean, old_log_std), logprob(actions, old_mean, log_std)):
-                surrogate = surrogate + clipped_surrogate(new_logprob, old_logprobs, advantages, args)
+                surrogate = surrogate + clipped_surrogate(new_logprob, mb["logprobs"], mb["advantages"], args)
             return loss - stats["policy_loss"] + surrogate, stats  # the joint surrogate replaced by the two
         ppo.ppo_loss = ppo_loss
 
@@ -131,31 +132,31 @@ def experiments(ppo):
         import torch
         split, randperm, generator = {}, torch.randperm, torch.Generator().manual_seed(0)
 
-        def real_transitions(valid, *rollout):
-            batch = original_transitions(valid, *rollout)
+        def real_transitions(valid, **rollout):
+            batch = original_transitions(valid, **rollout)
             if by_env:  # each kept row's sub-environment, in the order real_transitions keeps them
                 env = np.tile(np.arange(valid.shape[1]), valid.shape[0])[valid.reshape(-1) > 0]
                 std_envs = randperm(valid.shape[1], generator=generator)[: valid.shape[1] // 2].numpy()
                 split["std_rows"] = torch.from_numpy(np.isin(env, std_envs))
             else:
-                split["std_rows"] = randperm(len(batch[0]), generator=generator) < len(batch[0]) // 2
+                split["std_rows"] = randperm(len(batch["obs"]), generator=generator) < len(batch["obs"]) // 2
             return batch
 
         def recorded_randperm(n, **kwargs):  # train() draws each epoch's minibatches with it
             split["perm"], split["minibatch"] = randperm(n, **kwargs), 0
             return split["perm"]
 
-        def ppo_loss(agent, hidden, actions, old_logprobs, advantages, returns, old_values, args):
-            loss, stats = original_loss(agent, hidden, actions, old_logprobs, advantages, returns, old_values, args)
+        def ppo_loss(agent, hidden, mb, coefs, args):
+            loss, stats = original_loss(agent, hidden, mb, coefs, args)
             num_minibatches = max(1, min(args.num_minibatches, len(split["perm"]) // 2))  # as train() splits
             rows = split["perm"].tensor_split(num_minibatches)[split["minibatch"]]
             split["minibatch"] += 1
             std_rows = split["std_rows"][rows].unsqueeze(-1)
-            mean = agent.actor_mean(hidden)
+            mean = agent.actor(hidden)
             log_std = agent.actor_logstd.expand_as(mean)
             mean = torch.where(std_rows, mean.detach(), mean)
             log_std = torch.where(std_rows, log_std, log_std.detach())
-            surrogate = clipped_surrogate(logprob(actions, mean, log_std), old_logprobs, advantages, args)
+            surrogate = clipped_surrogate(logprob(mb["actions"], mean, log_std), mb["logprobs"], mb["advantages"], args)
             return loss - stats["policy_loss"] + surrogate, stats
 
         def change():
@@ -168,8 +169,8 @@ def experiments(ppo):
         def change():
             snapshot_per_update()
 
-            def ppo_loss(agent, hidden, actions, old_logprobs, advantages, returns, old_values, args):
-                loss, stats = original_loss(agent, hidden, actions, old_logprobs, advantages, returns, old_values, args)
+            def ppo_loss(agent, hidden, mb, coefs, args):
+                loss, stats = original_loss(agent, hidden, mb, coefs, args)
                 mean, old_mean, log_std, old_log_std = policies(agent, hidden)
                 kl = (log_std - old_log_std + ((2 * old_log_std).exp() + (old_mean - mean) ** 2)
                       / (2 * (2 * log_std).exp()) - 0.5).sum(-1).mean()
@@ -185,7 +186,7 @@ def experiments(ppo):
         "shuffled": ("advantages shuffled across the batch", lambda: (nothing(), shuffled_advantages()), []),
         "no-norm-adv": ("advantages not normalized", nothing, ["--no-norm-adv"]),
         "no-clip": ("no clipping (clip 1e9)", nothing, ["--clip-coef", "1e9"]),
-        "mean-frozen": ("only the std updated", freeze("actor_mean"), []),
+        "mean-frozen": ("only the std updated", freeze("actor"), []),
         "std-frozen": ("only the mean updated", freeze("actor_logstd"), []),
         "sgd-log-std": ("plain SGD for the log std", lambda: (nothing(), sgd_log_std()), []),
         "one-epoch": ("one epoch, one minibatch: one step per rollout", nothing,

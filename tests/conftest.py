@@ -262,6 +262,14 @@ def broken_renderer():
 gym.register("test/BrokenRenderer-v0", entry_point=broken_renderer)
 
 
+def failing_assertion():
+    """An env whose own code fails an assertion while it is made, with no message (FetchReach-v4 under MuJoCo 4)."""
+    assert False
+
+
+gym.register("test/FailingAssertion-v0", entry_point=failing_assertion)
+
+
 def constructed_env_id(ppo, name):
     """The constructed env `name` with the action space that script `ppo` takes."""
     return f"test/{name}{'Box' if ppo.__name__ == 'ppo_continuous' else ''}-v0"

@@ -116,17 +116,17 @@ def test_autoreset_rows_carry_no_weight(next_step_ppo):
     obs = rng.normal(size=rewards.shape + (4,)).astype(np.float32)
     actions = rng.normal(size=rewards.shape + (2,)).astype(np.float32)
     advantages = ppo.compute_advantages(rewards, values, next_value, terminations, dones, GAMMA, LAM)
-    batch = ppo.real_transitions(valid, obs, actions, advantages)
+    batch = ppo.real_transitions(valid, obs=obs, actions=actions, advantages=advantages)
 
     fake = valid == 0
     garbage_rewards, garbage_obs, garbage_actions = rewards.copy(), obs.copy(), actions.copy()
     garbage_rewards[fake], garbage_obs[fake], garbage_actions[fake] = 1e6, -1e6, 1e6
     garbage_advantages = ppo.compute_advantages(garbage_rewards, values, next_value, terminations, dones, GAMMA, LAM)
-    garbage_batch = ppo.real_transitions(valid, garbage_obs, garbage_actions, garbage_advantages)
+    garbage_batch = ppo.real_transitions(valid, obs=garbage_obs, actions=garbage_actions, advantages=garbage_advantages)
 
-    assert len(batch[0]) == int(valid.sum()) < valid.size
-    for clean, dirty in zip(batch, garbage_batch):
-        torch.testing.assert_close(clean, dirty)
+    assert len(batch["obs"]) == int(valid.sum()) < valid.size
+    for name in ("obs", "actions", "advantages"):
+        torch.testing.assert_close(batch[name], garbage_batch[name])
 
 
 def critic_value_after_training(ppo, env_id):
@@ -139,7 +139,7 @@ def critic_value_after_training(ppo, env_id):
     args = ppo.Args(**settings)
     checkpoint = torch.load(ppo.train(args), weights_only=True)
     envs = ppo.make_envs(args, 1, None, "sync") if ppo is ppo_vector_sameStep else ppo.make_envs(args, 1, None, seed=1)
-    agent = ppo.Agent(envs)
+    agent = ppo.Agent(envs, ppo.Args())
     agent.load_state_dict(checkpoint["model"])
     with torch.no_grad():
         return agent.critic(agent.encode(torch.zeros(1, 1))).item()
@@ -191,6 +191,23 @@ def test_resume_continues_the_same_run(ppo, in_tmp):
     assert sorted(learning_rates) == [512, 1024, 1536, 2048]
     assert learning_rates[1536] == pytest.approx(0.5 * checkpoint["args"]["learning_rate"])
     assert learning_rates[2048] == pytest.approx(0.25 * checkpoint["args"]["learning_rate"])
+
+
+def test_reward_scaling_turned_on_at_resume_starts_its_statistics_there_and_older_checkpoints_resume(ppo, in_tmp):
+    """Every checkpoint holds the return statistics, untouched in a run without --norm-reward: turned on at resume,
+    scaling starts from them. An older checkpoint of such a run, without them, resumes as well (fresh statistics)."""
+    first = ppo.train(short_args(ppo, norm_reward=False))
+    checkpoint = ppo.load_checkpoint(first)
+    assert checkpoint["return_rms"]["count"] == pytest.approx(1e-4)  # saved, never updated
+    older = {key: value for key, value in torch.load(first, weights_only=True).items() if key != "return_rms"}
+    os.makedirs("runs/older")
+    torch.save(older, "runs/older/checkpoint.pt")
+    for path in (first, "runs/older/checkpoint.pt"):
+        checkpoint = ppo.load_checkpoint(path)
+        resumed = ppo.train(ppo.Args(**{**checkpoint["args"], "norm_reward": True, "total_timesteps": 2048,
+                                        "resume": path}), checkpoint)
+        saved = torch.load(resumed, weights_only=True)
+        assert saved["global_step"] == 2048 and saved["return_rms"]["count"] > 500  # scaled from the resume on
 
 
 def test_an_extension_says_the_learning_rate_it_starts_at_and_a_plain_resume_says_nothing(ppo, in_tmp, capsys):

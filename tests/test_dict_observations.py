@@ -99,7 +99,7 @@ def test_each_entry_reaches_the_encoder_exactly_in_its_own_dtype_and_the_text_is
     envs = make_envs(ppo, args, 2)
     rows = envs.reset(seed=1)[0]
     assert rows.dtype == np.uint8 and rows.shape == (2, 4 * (3 + 3) + 112)  # joints, mode one-hot, then the camera
-    agent = ppo.Agent(envs)
+    agent = ppo.Agent(envs, ppo.Args())
     seen = []
     agent.encoder.cnns[0].register_forward_pre_hook(lambda module, inputs: seen.append(inputs[0]))
     with torch.no_grad():

@@ -69,8 +69,8 @@ def test_envpool_autoreset_rows_are_those_the_scripts_drop(ppo, env_id, in_tmp, 
     seen = spy_rollouts(ppo, monkeypatch)
     extra = {} if ppo is ppo_discrete else {"norm_reward": False}  # raw rewards: an autoreset row's is exactly 0
     real_transitions, rows = ppo.real_transitions, []
-    monkeypatch.setattr(ppo, "real_transitions", lambda valid, *rollout: rows.append(valid.copy()) or
-                        real_transitions(valid, *rollout))
+    monkeypatch.setattr(ppo, "real_transitions", lambda valid, **rollout: rows.append(valid.copy()) or
+                        real_transitions(valid, **rollout))
     ppo.train(short_args(ppo, env_id=env_id, total_timesteps=1024, env_backend="envpool", **extra))
     for (rewards, _, dones), valid in zip(seen["rollouts"], rows):
         after_an_end = np.zeros_like(dones, dtype=bool)

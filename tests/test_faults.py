@@ -166,9 +166,12 @@ FAULTS = [
           ("--env-kwargs", '{"no_such_option": 1}')),
     # unknown envs and spaces a script cannot train, named before any complaint about sizes
     Fault("unknown env", r"cannot make env 'NoSuchEnv-v0'", ("--env-id", "NoSuchEnv-v0")),
-    Fault("env whose renderer does not load", r"cannot make env 'test/BrokenRenderer-v0': AttributeError: .*eglQueryString'; "
-          r"MUJOCO_GL=egl is set: can this machine render that way\?", ("--env-id", "test/BrokenRenderer-v0"),
-          fault=mujoco_gl_egl),
+    Fault("env whose renderer does not load", r"cannot make env 'test/BrokenRenderer-v0': AttributeError: .*eglQueryString' "
+          r"\(raised at .*conftest.py, line \d+\); MUJOCO_GL=egl is set: can this machine render that way\?",
+          ("--env-id", "test/BrokenRenderer-v0"), fault=mujoco_gl_egl),
+    Fault("env whose own code fails while it is made, MUJOCO_GL set", r"cannot make env 'test/FailingAssertion-v0': "
+          r"AssertionError \(raised at .*conftest.py, line \d+\)$", ("--env-id", "test/FailingAssertion-v0"),
+          fault=mujoco_gl_egl),  # where the env raised, and no rendering hint
     Fault("unknown env, MUJOCO_GL set", r"cannot make env 'NoSuchEnv-v0': NameNotFound: [^;]*; for an env of your own file, "
           r"name its module: --env-id my_module:MyEnv-v0$", ("--env-id", "NoSuchEnv-v0"), fault=mujoco_gl_egl),  # no rendering hint
     Fault("module of an env id that does not import", r"cannot make env 'no_such_module:Env-v0': ModuleNotFoundError: .*; "

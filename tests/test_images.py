@@ -108,7 +108,7 @@ def test_a_tiny_image_task_is_learned_through_the_cnn_with_uint8_frames_from_rol
 def test_images_are_recognized_channels_last_first_or_gray(env_id, shape):
     space = gym.make(env_id).observation_space
     assert ppo_discrete.image_shape(space) == shape
-    agent = ppo_discrete.Agent(gym.vector.SyncVectorEnv([lambda: gym.make(env_id)]))
+    agent = ppo_discrete.Agent(gym.vector.SyncVectorEnv([lambda: gym.make(env_id)]), ppo_discrete.Args())
     assert agent.encode(torch.from_numpy(np.stack([space.sample()] * 2))).shape == (2, 512)
     assert ppo_discrete.image_shape(gym.spaces.Box(0.0, 1.0, (3, 36, 36), np.float32)) is None  # floats: not an image
 
@@ -156,7 +156,7 @@ def test_an_atari_sized_agent_draws_the_first_weights_of_its_nature_cnn_alone(pp
     actions = gym.spaces.Discrete(6) if ppo is ppo_discrete else gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
     envs = gym.vector.SyncVectorEnv([lambda: SpacesEnv(space, actions)])
     torch.manual_seed(3)
-    encoder = ppo.Agent(envs).encoder
+    encoder = ppo.Agent(envs, ppo.Args()).encoder
     torch.manual_seed(3)
     alone = ppo.NatureCNN(4, 84, 84)
     assert isinstance(encoder, ppo.NatureCNN)
@@ -223,8 +223,8 @@ def test_the_row_after_a_lost_life_is_trained_and_memory_goes_on_through_it(ppo,
                         compute_advantages(rewards, values, next_values, terminations, dones, *rest))
     if not same_step:
         real_transitions = ppo.real_transitions
-        monkeypatch.setattr(ppo, "real_transitions", lambda valid, *rollout: rows.append(valid.copy()) or
-                            real_transitions(valid, *rollout))
+        monkeypatch.setattr(ppo, "real_transitions", lambda valid, **rollout: rows.append(valid.copy()) or
+                            real_transitions(valid, **rollout))
     remember = ppo.Agent.remember
 
     def spy(agent, x, state, keep=None):
@@ -299,7 +299,7 @@ def test_envpool_atari_drops_the_row_after_a_game_over_only_and_logs_whole_games
     life, a real step of the game that goes on (issue 69), is trained."""
     rows, returns, lives = [], [], []
     real_transitions = ppo_discrete.real_transitions
-    monkeypatch.setattr(ppo_discrete, "real_transitions", lambda valid, *rollout: rows.append(valid.copy()) or
+    monkeypatch.setattr(ppo_discrete, "real_transitions", lambda valid, **rollout: rows.append(valid.copy()) or
                         real_transitions(valid, *rollout))
     compute_advantages = ppo_discrete.compute_advantages
     monkeypatch.setattr(ppo_discrete, "compute_advantages", lambda rewards, values, next_values, terminations, dones,

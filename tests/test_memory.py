@@ -74,7 +74,7 @@ def step_by_step(agent, features, state, keep):
 
 def make_agent(ppo, recurrent):
     envs = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")])
-    return ppo.Agent(envs, 16, recurrent=recurrent)
+    return ppo.Agent(envs, ppo.Args(hidden_size=16, recurrent=recurrent))
 
 
 @pytest.mark.parametrize("recurrent", ["lstm", "gru"])
@@ -116,9 +116,8 @@ def test_sequences_of_16_steps_start_from_the_state_the_whole_rollout_reaches_un
     keep[15, 0] = keep[31, 1] = 0.0  # an episode ending on a sequence's last row
     for epoch in range(2):
         with torch.no_grad():
-            rows = [{int(row): feature for mb, hidden in ppo.minibatches(agent, obs.flatten(0, 1), (obs, start, keep),
-                                                                          4, length) for row, feature in zip(mb, hidden)}
-                    for length in (0, 16)]
+            rows = [{int(row): feature for mb, hidden in ppo.sequence_minibatches(agent, obs, start, keep, 4, length)
+                     for row, feature in zip(mb, hidden)} for length in (0, 16)]
         real = int((keep > 0).sum()) if ppo is not ppo_vector_sameStep else keep.numel()
         assert sorted(rows[0]) == sorted(rows[1]) == list(range(real))
         torch.testing.assert_close(torch.stack([rows[1][row] for row in range(real)]),
@@ -135,7 +134,7 @@ def test_no_minibatch_of_sequences_holds_fewer_than_2_real_rows_though_autoreset
     valid[0, 0] = valid[2, 1] = 0.0  # the first sequence of sub-env 0 and the second of sub-env 1
     for seed in range(10):  # shuffles
         torch.manual_seed(seed)
-        rows = [mb.tolist() for mb, _ in ppo.minibatches(agent, obs.flatten(0, 1)[:6], (obs, start, valid), 4, 2)]
+        rows = [mb.tolist() for mb, _ in ppo.sequence_minibatches(agent, obs, start, valid, 4, 2)]
         assert min(map(len, rows)) >= 2 and sorted(sum(rows, [])) == list(range(6)), rows
 
 
@@ -179,15 +178,14 @@ def update_spy(ppo, monkeypatch, first_minibatches):
     and value the update computes from the replayed features beside the rollout's."""
     real_loss, count = ppo.ppo_loss, [0]
 
-    def spy(agent, hidden, actions, *rest):
-        masks = () if ppo is ppo_continuous else rest[:1]  # the categorical scripts' loss takes the masks next
-        old_logprobs, old_values = rest[len(masks)], rest[len(masks) + 3]
+    def spy(agent, hidden, mb, *rest):
+        masks = () if ppo is ppo_continuous else (mb.get("masks"),)  # the categorical scripts' policy takes masks
         if count[0] % 4 == 0:  # 2 minibatches, 2 epochs
             with torch.no_grad():
-                logprob = agent.policy(hidden, actions, *masks)[1]
-                first_minibatches.append((logprob, old_logprobs, agent.critic(hidden).view(-1), old_values))
+                logprob = agent.policy(agent.actor(hidden), mb["actions"], *masks)[1]
+                first_minibatches.append((logprob, mb["logprobs"], agent.critic(hidden).view(-1), mb["values"]))
         count[0] += 1
-        return real_loss(agent, hidden, actions, *rest)
+        return real_loss(agent, hidden, mb, *rest)
 
     monkeypatch.setattr(ppo, "ppo_loss", spy)
 
@@ -292,7 +290,7 @@ def test_atari_with_memory_sees_one_frame_and_reads_it_through_the_cnn_then_the_
                     **({"env_backend": backend} if ppo is ppo_discrete else {"vectorization_mode": "sync"}))
     envs = ppo.make_envs(args, 2, None, *(["sync"] if ppo is ppo_vector_sameStep else [1]))
     assert envs.single_observation_space.shape == (1, 84, 84)  # one frame; four without memory
-    agent = ppo.Agent(envs, recurrent="lstm")
+    agent = ppo.Agent(envs, ppo.Args(recurrent="lstm"))
     assert isinstance(agent.encoder, ppo.NatureCNN) and agent.memory.hidden_size == 128
     obs, _ = envs.reset(seed=1)
     features, state = agent.remember(torch.from_numpy(obs[None]), agent.initial_state(2), torch.ones(1, 2))

@@ -21,12 +21,12 @@ import ppo_continuous as ppo
 def test_log_probability_and_entropy_are_those_of_a_diagonal_normal():
     torch.manual_seed(0)
     spaces = SimpleNamespace(single_observation_space=gym.spaces.Box(-1, 1, (5,)), single_action_space=gym.spaces.Box(-1, 1, (3,)))
-    agent = ppo.Agent(spaces)
+    agent = ppo.Agent(spaces, ppo.Args())
     with torch.no_grad():
         agent.actor_logstd.copy_(torch.tensor([[-0.5, 0.0, 0.7]]))
         x = torch.randn(1000, 5)
-        action, logprob, entropy = agent.policy(agent.encode(x))
-    reference = torch.distributions.Normal(agent.actor_mean(x).detach(), agent.actor_logstd.exp().detach())
+        action, logprob, entropy = agent.policy(agent.actor(agent.encode(x)))
+    reference = torch.distributions.Normal(agent.actor(x).detach(), agent.actor_logstd.exp().detach())
     torch.testing.assert_close(logprob, reference.log_prob(action).sum(-1))
     torch.testing.assert_close(entropy, reference.entropy().sum(-1))
     torch.testing.assert_close(action.std(0), agent.actor_logstd.exp()[0].detach(), atol=0.1, rtol=0)
@@ -37,15 +37,16 @@ def test_env_gets_clipped_actions_while_the_buffer_keeps_the_sampled_ones(in_tmp
     captured = {}
     real_transitions, ppo_loss = ppo.real_transitions, ppo.ppo_loss
 
-    def spy_transitions(valid, obs, actions, logprobs, *rest):
-        captured.setdefault("rollout", (valid.copy(), obs.copy(), actions.copy(), logprobs.copy()))
-        return real_transitions(valid, obs, actions, logprobs, *rest)
+    def spy_transitions(valid, **rollout):
+        captured.setdefault("rollout", (valid.copy(), rollout["obs"].copy(), rollout["actions"].copy(),
+                                        rollout["logprobs"].copy()))
+        return real_transitions(valid, **rollout)
 
     def spy_loss(agent, *rest):
         if "logprob" not in captured:  # first minibatch: the agent is still the one that collected the rollout
             valid, obs, actions, _ = captured["rollout"]
             with torch.no_grad():
-                captured["logprob"] = agent.policy(torch.from_numpy(obs), torch.from_numpy(actions))[1].numpy()
+                captured["logprob"] = agent.policy(agent.actor(torch.from_numpy(obs)), torch.from_numpy(actions))[1].numpy()
         return ppo_loss(agent, *rest)
 
     monkeypatch.setattr(ppo, "real_transitions", spy_transitions)

@@ -20,10 +20,10 @@ import ppo_discrete as ppo
 def test_sampled_actions_follow_the_policy_and_report_their_log_probability():
     torch.manual_seed(0)
     spaces = SimpleNamespace(single_observation_space=gym.spaces.Box(-1, 1, (3,)), single_action_space=gym.spaces.Discrete(4))
-    agent = ppo.Agent(spaces)
+    agent = ppo.Agent(spaces, ppo.Args())
     with torch.no_grad():
         agent.actor[-1].bias.copy_(torch.tensor([0.0, 1.0, -1.0, 2.0]))  # the output weights are near 0: logits ~ bias
-        action, logprob, entropy = agent.policy(torch.zeros(50000, 3))
+        action, logprob, entropy = agent.policy(agent.actor(torch.zeros(50000, 3)))
     probs = torch.softmax(torch.tensor([0.0, 1.0, -1.0, 2.0]), dim=0)
     assert action.shape == (50000, 1)  # one part: the index into Discrete(4)
     action = action[:, 0]

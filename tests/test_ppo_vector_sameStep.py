@@ -114,3 +114,38 @@ def test_discrete_and_box_action_spaces_get_their_own_policy_head(in_tmp, capsys
 
 
 
+
+
+def test_the_critic_reads_the_final_observations_of_the_rows_that_ended_an_episode_and_no_others(in_tmp, monkeypatch):
+    """Under SAME_STEP a final observation exists only where a step ended an episode: after each rollout the critic
+    reads those rows alone (not every row of the rollout, most of them never written)."""
+    ended, final_rows = [], []
+    remember, compute_advantages = ppo.Agent.remember, ppo.compute_advantages
+
+    def spy_remember(agent, x, state, keep=None):
+        if x.shape[:2] != (1, 2) and x.shape[0] == 1:  # one row per final observation, not the 2 sub-envs' next ones
+            final_rows.append(x.shape[1])
+        return remember(agent, x, state, keep)
+
+    def spy_advantages(rewards, values, next_values, terminations, dones, *rest):
+        ended.append(int(dones.sum()))
+        return compute_advantages(rewards, values, next_values, terminations, dones, *rest)
+
+    monkeypatch.setattr(ppo.Agent, "remember", spy_remember)
+    monkeypatch.setattr(ppo, "compute_advantages", spy_advantages)
+    ppo.train(short_args(ppo, env_id="test/ConstantTruncatedBox-v0"))  # 20-step episodes, 2 sub-envs, 256 steps each
+    assert final_rows == ended == [24, 26]
+
+
+def test_memory_with_categorical_actions_takes_the_memory_defaults_and_box_actions_keep_theirs(monkeypatch):
+    """As in ppo_discrete.py: --recurrent with Discrete actions takes MEMORY_DEFAULTS (flags given win); Box actions
+    keep the script's defaults."""
+    monkeypatch.setattr("sys.argv", ["ppo_vector_sameStep.py", "--env-id", "CartPole-v1", "--recurrent", "lstm"])
+    args, _ = ppo.parse_args()
+    assert (args.norm_reward, args.num_minibatches, args.sequence_length) == (True, 4, 16)
+    monkeypatch.setattr("sys.argv", ["ppo_vector_sameStep.py", "--env-id", "CartPole-v1", "--recurrent", "gru",
+                                     "--sequence-length", "0"])
+    assert ppo.parse_args()[0].sequence_length == 0
+    monkeypatch.setattr("sys.argv", ["ppo_vector_sameStep.py", "--env-id", "Pendulum-v1", "--recurrent", "lstm"])
+    args, _ = ppo.parse_args()
+    assert (args.num_minibatches, args.sequence_length) == (ppo.Args.num_minibatches, 0)

@@ -22,7 +22,7 @@ CONVENTION_SOURCES = {"info": "the info's 'action_mask'", "observation": "the ob
 def agent_for(ppo, action_space):
     torch.manual_seed(0)
     spaces = SimpleNamespace(single_observation_space=gym.spaces.Box(-1, 1, (3,)), single_action_space=action_space)
-    return ppo.Agent(spaces)
+    return ppo.Agent(spaces, ppo.Args())
 
 
 def random_mask(parts, rows, generator):
@@ -58,14 +58,14 @@ def test_log_probability_and_entropy_are_those_of_the_product_of_categoricals_un
         joint = torch.tensor(list(itertools.product(*[range(n) for n in parts])))  # every action, as part indices
         expected = torch.stack([torch.stack([p[:, i] for p, i in zip(probs, choice)]).prod(0) for choice in joint], 1)
         for row in range(6):
-            _, logprob, entropy = agent.policy(x[row].expand(len(joint), 3), joint, mask=None if mask is None else
-                                                   mask[row].expand(len(joint), -1))
+            _, logprob, entropy = agent.policy(agent.actor(x[row].expand(len(joint), 3)), joint,
+                                               mask=None if mask is None else mask[row].expand(len(joint), -1))
             possible = expected[row] > 0
             torch.testing.assert_close(logprob[possible].exp(), expected[row][possible], rtol=1e-5, atol=1e-7)
             assert torch.all(logprob[~possible] < -1e7)  # an action with a masked part has no probability
             brute_entropy = -(expected[row][possible] * expected[row][possible].log()).sum()
             torch.testing.assert_close(entropy[0], brute_entropy, rtol=1e-5, atol=1e-6)
-        sampled = agent.policy(x, mask=mask)[0]
+        sampled = agent.policy(agent.actor(x), mask=mask)[0]
         assert sampled.shape == (6, len(parts))
         actions = ppo.env_actions(SimpleNamespace(single_action_space=space), sampled.numpy())
         assert all(space.contains(action) for action in actions)  # start offsets and shapes as the env takes them
@@ -76,7 +76,6 @@ def test_log_probability_and_entropy_are_those_of_the_product_of_categoricals_un
 def test_a_masked_value_is_never_sampled_or_chosen_and_carries_no_gradient(ppo, space):
     agent, generator = agent_for(ppo, space), torch.Generator().manual_seed(2)
     parts = np.array(ppo.action_parts(space))
-    agent.actor = torch.nn.Identity()  # the policy's logits are the leaf tensor below
     logits = (3 * torch.randn(4, int(parts.sum()), generator=generator)).requires_grad_()
     mask = random_mask(parts, 4, generator)
     starts = np.cumsum(parts) - parts
