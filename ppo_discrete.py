@@ -3,19 +3,15 @@
     python ppo_discrete.py --env-id CartPole-v1
     tensorboard --logdir runs
 
-Three parts, each opened by a banner line:
-- PPO core: Args, the envs, the Agent, GAE, the loss and train() (the rollout, GAE and update as visible loops), in the
-  order the data flows. "detail N" names the details of "The 37 Implementation Details of PPO" (Huang et al., 2022).
-  Plain PPO on vectors (CartPole-v1) runs through this part alone.
-- Capabilities: what the core calls only for images and Atari, Dict observations, multi-part actions and masks, memory
-  (--recurrent), and the defaults tables. Skip what your env does not use.
-- Run safety: checks, checkpoints, the run folder, fault messages, progress, evaluation. Nothing there changes what PPO
-  computes.
-Where a change goes:
-- a network: Agent.__init__ (the actor's output, the logits, is agent.actor(hidden); Agent.policy reads it);
-- a loss term: ppo_loss (it gets the minibatch as a dict; each statistic it returns is logged as losses/<name>);
-- a schedule: one entry of `coefs` in train() (logged as charts/<name>; ppo_loss reads coefs[name]);
-- a piece of state: train()'s `state` (checkpointed and resumed); rollout data: a buffer in train(), then `batch`.
+Three parts, each opened by a banner line. The PPO core (Args, envs, Agent, GAE, loss, train(): the rollout, GAE and
+update as visible loops) is all that plain PPO on vectors (CartPole-v1) runs through; "detail N" names the details of
+"The 37 Implementation Details of PPO" (Huang et al., 2022). Capabilities: what the core calls only for images and
+Atari, Dict observations, multi-part actions and masks, memory, the defaults tables. Run safety: checks, checkpoints,
+faults, progress, evaluation; nothing there changes what PPO computes. Where a change goes:
+- a network: Agent.__init__ (the logits are agent.actor(hidden), which Agent.policy reads);
+- a loss term: ppo_loss (the minibatch is a dict; each statistic it returns is logged as losses/<name>);
+- a schedule: an entry of `coefs` in train() (logged as charts/<name>; ppo_loss reads coefs[name]);
+- a piece of state: train()'s `state` (checkpointed, resumed); rollout data: a buffer in train(), then `batch`.
 Gymnasium 1.x autoresets NEXT_STEP: the step after an episode ends is not a transition and has no weight in the update.
 """
 
@@ -150,7 +146,6 @@ class Args:
     eval_sample: bool = False
     """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically
     (on for images, IMAGE_DEFAULTS: a deterministic Atari or CarRacing policy can repeat one failing play)"""
-
 
 
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None, frames=4):
@@ -451,9 +446,7 @@ def train(args, checkpoint=None):
     return run.checkpoint_path
 
 
-
 # ==================== Capabilities: images and Atari, Dict observations, multi-part actions and masks, memory ========
-# The core calls these only for the envs that need them; a reader of plain PPO on vectors may skip to Run safety.
 
 # The defaults tables: flags not given follow the env (env_defaults, applied before the arguments are checked).
 IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
@@ -474,8 +467,7 @@ def env_defaults(args, observations):
 
 
 def envpool_envs(args, num_envs, seed, frames):
-    """EnvPool's vector env (pip install envpool==1.2.5): its C++ threads step the sub-envs; seeded when made (its
-    reset ignores a seed); Atari and ViZDoom stacked by EnvPool itself."""
+    """EnvPool's C++ threads step the sub-envs (pip install envpool==1.2.5), Atari's frames stacked by EnvPool."""
     import envpool
 
     warnings.filterwarnings("ignore", "EnvPool seeds are fixed|.*precision lowered by casting")  # its own notes
@@ -560,8 +552,7 @@ def action_parts(space):
 
 
 def part_grid(parts):
-    """Where each part's values sit in a [parts, largest part] grid of the logits: part p's value v at p, v; the cells
-    past a part's size point at one extra logit, -1e8 (Agent.log_probs)."""
+    """Each part's values in a [parts, largest part] grid of the logits; a cell past a part's end: an extra -1e8."""
     starts, columns = np.cumsum(parts) - parts, range(max(parts))
     return torch.tensor([start + v if v < n else sum(parts) for start, n in zip(starts, parts) for v in columns])
 
@@ -595,8 +586,7 @@ def buffer_dtype(space):
 
 
 def torch_threads(space):
-    """The Nature CNN gains from every core; an MLP or the grid CNN does not, and extra threads slow it on a busy
-    machine."""
+    """Every core for a Nature CNN; one thread for an MLP or the grid CNN (more slow it down on a busy machine)."""
     entries = space.images if isinstance(space, Packed) else [space]
     return len(os.sched_getaffinity(0)) if any(nature_sized(entry) for entry in entries) else 1
 
@@ -642,7 +632,6 @@ class DictObservations(gym.vector.VectorObservationWrapper):
         floats = np.concatenate([np.zeros((self.num_envs, 0)), *vectors], axis=1).astype(np.float32)
         images = [np.asarray(observations[key]).reshape(self.num_envs, -1) for key in self.images]
         return np.concatenate([floats.view(np.uint8), *images], axis=1)
-
 
 
 class NatureCNN(nn.Sequential):
@@ -699,7 +688,6 @@ class DictEncoder(nn.Module):
         return torch.cat(features, dim=1)
 
 
-
 def encoder_for(space):
     """The Agent's encoder: the Nature CNN (Atari details: shared by actor and critic) for an image of 36 x 36 or
     more, DictEncoder for a Dict with images, GridCNN for a smaller image; None for a vector (the MLPs read it)."""
@@ -711,9 +699,8 @@ def encoder_for(space):
 
 
 def replay(memory, hidden, state, keep=None):
-    """The memory (an LSTM or GRU) over features hidden [T, N, F] (see Agent.remember): each sub-env's rows cut into
-    episodes and run at once as one packed batch (a loop over rows is much slower). Returns [T * N, units] and the
-    state after the last row."""
+    """The memory (LSTM or GRU) over features [T, N, F] (Agent.remember): each sub-env's rows cut into episodes, run
+    at once as one packed batch (a loop over rows is much slower). Returns [T * N, units] and the state after them."""
     steps, n = hidden.shape[:2]
     keep = torch.ones(steps, n, device=hidden.device) if keep is None else keep
     starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
@@ -731,13 +718,11 @@ def replay(memory, hidden, state, keep=None):
 
 
 def sequence_minibatches(agent, obs, state, valid, num_minibatches, sequence_length):
-    """Detail 6 with memory: each epoch, shuffled minibatches of sequences of sequence_length steps (0: each sub-env's
-    whole rollout), each replayed from its first state as this epoch's weights compute it (the rollout read again up to
-    it, no gradient). obs, valid: [num_steps, num_envs] tensors; state: each sub-env's at the rollout's start. Yields
-    each minibatch's rows (of the batch of real transitions) and features; autoreset rows are in the sequence and out
-    of the loss."""
+    """Detail 6 with memory: shuffled minibatches of sequence_length-step sequences (0: whole rollouts), each from its
+    first state under this epoch's weights (the rollout [num_steps, num_envs] read again from `state`, no gradient).
+    Yields each minibatch's rows of the batch and their features (autoreset rows replayed, left out of the loss)."""
     length = sequence_length or len(valid)
-    starts = []
+    starts = []  # each sequence's first state
     with torch.no_grad():
         for step in range(0, len(valid), length):
             starts.append(state)
@@ -786,7 +771,6 @@ class RewardScaler:
             self.return_rms.update(self.discounted_return[real])
         self.discounted_return[done] = 0.0
         return np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -10.0, 10.0)
-
 
 
 # ==================== Run safety: nothing below changes what PPO computes ====================
@@ -903,8 +887,7 @@ def make_failure(args, error):
     """What went wrong when the env was made: the error, where the env's own code raised it, and a hint."""
     kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
     said = f"{kwargs}: {type(error).__name__}" + (f": {first_line(error)}" if str(error) else "")
-    ours = (os.path.dirname(gym.__file__), os.path.abspath(__file__), "<frozen ")  # not the env's own
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith(ours)]
+    frames = env_frames(error)
     if frames:  # the env's own code (or a package it calls)
         said += f" (raised at {frames[-1].filename}, line {frames[-1].lineno})"
     module = args.env_id.split(":")[0] if ":" in args.env_id else None
@@ -915,11 +898,16 @@ def make_failure(args, error):
         return f"{said}; it is one of EnvPool's envs: add --env-backend envpool"
     if isinstance(error, gym.error.NameNotFound) and not module:
         return f"{said}; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
-    text = " ".join([str(error), *(frame.filename for frame in frames)])
-    renderer = re.search(r"\begl|osmesa|glfw|opengl", text, re.IGNORECASE)
+    renderer = re.search(r"\begl|osmesa|glfw|opengl", " ".join([str(error), *(f.filename for f in frames)]), re.I)
     if renderer and "MUJOCO_GL" in os.environ:  # the renderer's own failure (EGL, OSMesa, GLFW, OpenGL)
         return f"{said}; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
     return said
+
+
+def env_frames(error):
+    """The frames of an error's traceback in the env's own code or a package it calls (not gymnasium's or ours)."""
+    ours = (os.path.dirname(gym.__file__), os.path.abspath(__file__), "<frozen ")
+    return [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith(ours)]
 
 
 def load_checkpoint(path):
@@ -1050,7 +1038,6 @@ class CheckedEnvs(gym.vector.VectorWrapper):
                 raise EnvError(f"gave an action mask with no valid action{where}")
 
 
-
 class StreamedVideo(gym.wrappers.RecordVideo):
     """gymnasium's RecordVideo (1.4.0), but each frame goes to the file as it is rendered: RecordVideo holds an
     episode's frames in memory until it ends (a 27,000-step Atari game filmed in color: about 10.9 GB)."""
@@ -1161,10 +1148,8 @@ class Run:
             self.save()
             outcome = (f"checkpoint of the last complete iteration (step {self.global_step}) saved. "
                        f"Resume with: {command(self.args, '--resume', self.checkpoint_path)}")
-        if isinstance(error, EnvError) and (cause := error.__cause__):  # the env's own frames, not gymnasium's or ours
-            ours = (os.path.dirname(gym.__file__), os.path.abspath(__file__))
-            frames = [f for f in traceback.extract_tb(cause.__traceback__) if not f.filename.startswith(ours)]
-            lines = traceback.format_list(frames) + traceback.format_exception_only(cause)
+        if isinstance(error, EnvError) and (cause := error.__cause__):
+            lines = traceback.format_list(env_frames(cause)) + traceback.format_exception_only(cause)
             print("\nthe env's error:\n" + "".join(lines), end="", file=sys.stderr)
         said = {EnvError: f"{self.args.env_id} {error} {where}", FloatingPointError: f"non-finite {error} {where}",
                 KeyboardInterrupt: f"stopped by a second signal {where}",  # OSError: TensorBoard's writes (a full disk)

@@ -10,19 +10,15 @@ Every step is a real transition (no masked rows, unlike NEXT_STEP), but a trunca
 infos["final_obs"]. Box actions work, and categorical ones (Discrete, MultiDiscrete, MultiBinary) with the env's
 invalid-action masks.
 
-Three parts, each opened by a banner line:
-- PPO core: Args, the envs, the Agent, normalization, GAE, the loss and train() (the rollout, GAE and update as visible
-  loops), in the order the data flows. "detail N" / "continuous detail N" name the implementation details of "The 37
-  Implementation Details of PPO" (Huang et al., 2022). Plain PPO on vectors runs through this part alone.
-- Capabilities: what the core calls only for images and Atari, Dict observations, multi-part actions and masks, memory
-  (--recurrent), and the defaults tables. Skip what your env does not use.
-- Run safety: checks, checkpoints, the run folder, fault messages, progress, evaluation. Nothing there changes what PPO
-  computes.
-Where a change goes:
-- a network: Agent.__init__ (the actor's output, logits or the mean, is agent.actor(hidden); Agent.policy reads it);
-- a loss term: ppo_loss (it gets the minibatch as a dict; each statistic it returns is logged as losses/<name>);
-- a schedule: one entry of `coefs` in train() (logged as charts/<name>; ppo_loss reads coefs[name]);
-- a piece of state: train()'s `state` (checkpointed and resumed); rollout data: a buffer in train(), then `batch`.
+Three parts, each opened by a banner line. The PPO core (Args, envs, Agent, normalization, GAE, loss, train(): the
+rollout, GAE and update as visible loops) is all that plain PPO on vectors runs through; "detail N" / "continuous
+detail N" name the details of "The 37 Implementation Details of PPO" (Huang et al., 2022). Capabilities: what the core
+calls only for images and Atari, Dict observations, multi-part actions and masks, memory, the defaults tables. Run
+safety: checks, checkpoints, faults, progress, evaluation; nothing there changes what PPO computes. Where a change goes:
+- a network: Agent.__init__ (the logits or the mean are agent.actor(hidden), which Agent.policy reads);
+- a loss term: ppo_loss (the minibatch is a dict; each statistic it returns is logged as losses/<name>);
+- a schedule: an entry of `coefs` in train() (logged as charts/<name>; ppo_loss reads coefs[name]);
+- a piece of state: train()'s `state` (checkpointed, resumed); rollout data: a buffer in train(), then `batch`.
 """
 
 import contextlib
@@ -66,10 +62,10 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Args:
-    """PPO with same-step autoreset in worker processes. Each run's events and checkpoint go to
-    runs/<env>__<exp-name>__<seed>__<time>/. Flags not given follow the env where a table says so: IMAGE_DEFAULTS for
-    images of 36 x 36 or more (Atari, CarRacing-v3), MEMORY_DEFAULTS with --recurrent on categorical actions
-    (Capabilities part)."""
+    """PPO with same-step autoreset in worker processes. Each run's events and checkpoint go to the folder
+    runs/<env>__<exp-name>__<seed>__<time>/. Flags not given follow the env where a table (Capabilities part) says so:
+    IMAGE_DEFAULTS for images of 36 x 36 or more (Atari, CarRacing-v3), MEMORY_DEFAULTS with --recurrent on categorical
+    actions."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -140,9 +136,8 @@ class Args:
     init_log_std: float = -1.0
     """Box actions: the log standard deviation the policy starts with (0: std 1; Humanoid's lie in [-0.4, 0.4])"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
-    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; with categorical actions flags
-    not given take MEMORY_DEFAULTS (reward scaling, 4 minibatches, 16-step sequences), except on images of 36 x 36 or
-    more"""
+    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; flags not given take
+    MEMORY_DEFAULTS with categorical actions (reward scaling, 4 minibatches, 16-step sequences), but on big images"""
     sequence_length: int = 0
     """with memory, the update replays sequences of this many steps (dividing num_steps), each from its first state
     as the weights of the epoch's start compute it, no gradient through it (faster); 0: each sub-env's whole rollout"""
@@ -545,7 +540,6 @@ def train(args, checkpoint=None):
 
 
 # ==================== Capabilities: images and Atari, Dict observations, multi-part actions and masks, memory ========
-# The core calls these only for the envs that need them; a reader of plain PPO on vectors may skip to Run safety.
 
 # The defaults tables: flags not given follow the env (env_defaults, applied before the arguments are checked).
 IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
@@ -637,8 +631,7 @@ def action_parts(space):
 
 
 def part_grid(parts):
-    """Where each part's values sit in a [parts, largest part] grid of the logits: part p's value v at p, v; the cells
-    past a part's size point at one extra logit, -1e8 (Agent.log_probs)."""
+    """Each part's values in a [parts, largest part] grid of the logits; a cell past a part's end: an extra -1e8."""
     starts, columns = np.cumsum(parts) - parts, range(max(parts))
     return torch.tensor([start + v if v < n else sum(parts) for start, n in zip(starts, parts) for v in columns])
 
@@ -672,8 +665,7 @@ def buffer_dtype(space):
 
 
 def torch_threads(space):
-    """The Nature CNN gains from every core; an MLP or the grid CNN does not, and extra threads slow it on a busy
-    machine."""
+    """Every core for a Nature CNN; one thread for an MLP or the grid CNN (more slow it down on a busy machine)."""
     entries = space.images if isinstance(space, Packed) else [space]
     return len(os.sched_getaffinity(0)) if any(nature_sized(entry) for entry in entries) else 1
 
@@ -784,9 +776,8 @@ def encoder_for(space):
 
 
 def replay(memory, hidden, state, keep=None):
-    """The memory (an LSTM or GRU) over features hidden [T, N, F] (see Agent.remember): each sub-env's rows cut into
-    episodes and run at once as one packed batch (a loop over rows is much slower). Returns [T * N, units] and the
-    state after the last row."""
+    """The memory (LSTM or GRU) over features [T, N, F] (Agent.remember): each sub-env's rows cut into episodes, run
+    at once as one packed batch (a loop over rows is much slower). Returns [T * N, units] and the state after them."""
     steps, n = hidden.shape[:2]
     keep = torch.ones(steps, n, device=hidden.device) if keep is None else keep
     starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
@@ -804,12 +795,11 @@ def replay(memory, hidden, state, keep=None):
 
 
 def sequence_minibatches(agent, obs, state, keep, num_minibatches, sequence_length):
-    """Detail 6 with memory: each epoch, shuffled minibatches of sequences of sequence_length steps (0: each sub-env's
-    whole rollout), each replayed from its first state as this epoch's weights compute it (the rollout read again up to
-    it, no gradient). obs, keep (0 after an episode's end): [num_steps, num_envs] tensors; state: each sub-env's at the
-    rollout's start. Yields each minibatch's rows (of the batch) and features."""
+    """Detail 6 with memory: shuffled minibatches of sequence_length-step sequences (0: whole rollouts), each from its
+    first state under this epoch's weights (the rollout [num_steps, num_envs] read again from `state`, no gradient;
+    keep: 0 after an episode's end). Yields each minibatch's rows of the batch and their features."""
     length = sequence_length or len(keep)
-    starts = []
+    starts = []  # each sequence's first state
     with torch.no_grad():
         for step in range(0, len(keep), length):
             starts.append(state)
@@ -931,8 +921,7 @@ def make_failure(args, error):
     """What went wrong when the env was made: the error, where the env's own code raised it, and a hint."""
     kwargs = f" with --env-kwargs '{args.env_kwargs}'" if args.env_kwargs != "{}" else ""
     said = f"{kwargs}: {type(error).__name__}" + (f": {first_line(error)}" if str(error) else "")
-    ours = (os.path.dirname(gym.__file__), os.path.abspath(__file__), "<frozen ")  # not the env's own
-    frames = [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith(ours)]
+    frames = env_frames(error)
     if frames:  # the env's own code (or a package it calls)
         said += f" (raised at {frames[-1].filename}, line {frames[-1].lineno})"
     module = args.env_id.split(":")[0] if ":" in args.env_id else None
@@ -943,11 +932,16 @@ def make_failure(args, error):
         return f"{said}; it is one of EnvPool's envs: add --env-backend envpool"
     if isinstance(error, gym.error.NameNotFound) and not module:
         return f"{said}; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
-    text = " ".join([str(error), *(frame.filename for frame in frames)])
-    renderer = re.search(r"\begl|osmesa|glfw|opengl", text, re.IGNORECASE)
+    renderer = re.search(r"\begl|osmesa|glfw|opengl", " ".join([str(error), *(f.filename for f in frames)]), re.I)
     if renderer and "MUJOCO_GL" in os.environ:  # the renderer's own failure (EGL, OSMesa, GLFW, OpenGL)
         return f"{said}; MUJOCO_GL={os.environ['MUJOCO_GL']} is set: can this machine render that way?"
     return said
+
+
+def env_frames(error):
+    """The frames of an error's traceback in the env's own code or a package it calls (not gymnasium's or ours)."""
+    ours = (os.path.dirname(gym.__file__), os.path.abspath(__file__), "<frozen ")
+    return [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith(ours)]
 
 
 def load_checkpoint(path):

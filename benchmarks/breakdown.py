@@ -37,7 +37,7 @@ PHASES = {
     "values and GAE": [("module.py", "_wrapped_call_impl"), (SCRIPT, "compute_advantages"), (SCRIPT, "real_transitions")],
     "update": [(SCRIPT, "<genexpr>"), (SCRIPT, "sequence_minibatches"), (SCRIPT, "ppo_loss"), ("_tensor.py", "backward"), ("clip_grad.py", "_no_grad_wrapper"),
                ("optimizer.py", "wrapper"), ("_compile.py", "inner")],
-    "logging, state copy and checkpoints": [(SCRIPT, "log_episode"), (SCRIPT, "end_iteration")],
+    "logging, state copy and checkpoints": [(SCRIPT, "log_episodes"), (SCRIPT, "end_iteration")],
 }
 
 

@@ -224,14 +224,14 @@ def main():
     trace = []  # (step, mean log std over the action dimensions)
     end_iteration = ppo.Run.end_iteration
 
-    def logged_end_iteration(run, iteration, global_step, scalars):
+    def logged_end_iteration(run, iteration, global_step, *logged):
         log_std = run.state["model"].actor_logstd.detach().view(-1).numpy()
         if not trace:
             trace.append((0, float(args.init_log_std)))
         trace.append((global_step, float(log_std.mean())))
         if iteration % 25 == 0:
             print(f"step {global_step}: log std per dimension {np.round(log_std, 3).tolist()}", flush=True)
-        return end_iteration(run, iteration, global_step, scalars)
+        return end_iteration(run, iteration, global_step, *logged)
 
     ppo.Run.end_iteration = logged_end_iteration
     with contextlib.redirect_stdout(sys.stderr):

@@ -264,7 +264,7 @@ gym.register("test/BrokenRenderer-v0", entry_point=broken_renderer)
 
 def failing_assertion():
     """An env whose own code fails an assertion while it is made, with no message (FetchReach-v4 under MuJoCo 4)."""
-    assert False
+    raise AssertionError
 
 
 gym.register("test/FailingAssertion-v0", entry_point=failing_assertion)

@@ -158,12 +158,13 @@ def test_truncation_is_bootstrapped_and_termination_is_not(ppo, in_tmp):
 def test_short_run_writes_every_tag_and_a_complete_checkpoint(ppo, in_tmp):
     path = ppo.train(short_args(ppo))
     checkpoint = torch.load(path, weights_only=True)
-    state = {"model", "optimizer"} | (set() if ppo is ppo_discrete else {"obs_rms", "return_rms"})
+    state = {"model", "optimizer", "return_rms"} | (set() if ppo is ppo_discrete else {"obs_rms"})
     assert set(checkpoint) == set(ppo.CHECKPOINT_SCHEMA) | state | {"script", "cuda_rng_state"}
     assert checkpoint["script"] == f"{ppo.__name__}.py"
     assert checkpoint["global_step"] == 1024 and checkpoint["iteration"] == 2
     tags = scalars(os.path.dirname(path))
     expected = {"charts/episodic_return", "charts/episodic_length", "charts/learning_rate", "charts/SPS",
+                "charts/clip_coef", "charts/ent_coef", "charts/vf_coef",
                 "losses/value_loss", "losses/policy_loss", "losses/entropy", "losses/old_approx_kl",
                 "losses/approx_kl", "losses/clipfrac", "losses/explained_variance"}
     assert expected <= set(tags)
@@ -195,14 +196,14 @@ def test_resume_continues_the_same_run(ppo, in_tmp):
 
 def test_reward_scaling_turned_on_at_resume_starts_its_statistics_there_and_older_checkpoints_resume(ppo, in_tmp):
     """Every checkpoint holds the return statistics, untouched in a run without --norm-reward: turned on at resume,
-    scaling starts from them. An older checkpoint of such a run, without them, resumes as well (fresh statistics)."""
+    scaling starts from them. An older checkpoint of ppo_discrete.py without them resumes as well (fresh statistics)."""
     first = ppo.train(short_args(ppo, norm_reward=False))
     checkpoint = ppo.load_checkpoint(first)
     assert checkpoint["return_rms"]["count"] == pytest.approx(1e-4)  # saved, never updated
     older = {key: value for key, value in torch.load(first, weights_only=True).items() if key != "return_rms"}
     os.makedirs("runs/older")
     torch.save(older, "runs/older/checkpoint.pt")
-    for path in (first, "runs/older/checkpoint.pt"):
+    for path in (first, "runs/older/checkpoint.pt") if ppo is ppo_discrete else (first,):
         checkpoint = ppo.load_checkpoint(path)
         resumed = ppo.train(ppo.Args(**{**checkpoint["args"], "norm_reward": True, "total_timesteps": 2048,
                                         "resume": path}), checkpoint)
@@ -283,7 +284,7 @@ def test_network_width_and_initial_std_carry_into_resume_and_evaluation(box_ppo,
 def test_gae_lambda_left_out_falls_with_the_action_dimensions_and_the_checkpoint_keeps_it(box_ppo, in_tmp):
     """Without --gae-lambda, lambda = 1 - dims / 80 within [0.8, 0.95]: Humanoid-v5's 17 dims keep the 0.8 tuned for
     it. A run's checkpoint holds the lambda it trained with, so a resumed run keeps it; --gae-lambda sets it."""
-    lambdas = [box_ppo.gae_lambda_for(gym.spaces.Box(-1, 1, (dims,))) for dims in (1, 3, 4, 6, 8, 12, 16, 17, 30)]
+    lambdas = [box_ppo.gae_lambda_for(gym.spaces.Box(-1, 1, (dims,)), None) for dims in (1, 3, 4, 6, 8, 12, 16, 17, 30)]
     assert lambdas == pytest.approx([0.95, 0.95, 0.95, 0.925, 0.9, 0.85, 0.8, 0.8, 0.8])
     assert box_ppo.Args().gae_lambda is None
     path = box_ppo.train(short_args(box_ppo, total_timesteps=512))  # Pendulum-v1: 1 dimension
@@ -567,6 +568,7 @@ def test_a_checkpoint_written_before_scripts_were_recorded_is_still_told_apart(c
     """ppo_continuous.py and ppo_vector_sameStep.py save the same keys; without the script's name, the network tells."""
     checkpoint = torch.load(checkpoints_of_each_script["ppo_continuous"], weights_only=True)
     del checkpoint["script"], checkpoint["args"]["env_backend"], checkpoint["args"]["env_threads"]  # as written then
+    checkpoint["model"] = {re.sub(r"^actor\.", "actor_mean.", key): value for key, value in checkpoint["model"].items()}
     torch.save(checkpoint, tmp_path / "old.pt")
     checkpoint = ppo_vector_sameStep.load_checkpoint(str(tmp_path / "old.pt"))
     args = ppo_vector_sameStep.Args(**{**checkpoint["args"], "eval_checkpoint": str(tmp_path / "old.pt")})

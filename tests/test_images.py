@@ -300,14 +300,14 @@ def test_envpool_atari_drops_the_row_after_a_game_over_only_and_logs_whole_games
     rows, returns, lives = [], [], []
     real_transitions = ppo_discrete.real_transitions
     monkeypatch.setattr(ppo_discrete, "real_transitions", lambda valid, **rollout: rows.append(valid.copy()) or
-                        real_transitions(valid, *rollout))
+                        real_transitions(valid, **rollout))
     compute_advantages = ppo_discrete.compute_advantages
     monkeypatch.setattr(ppo_discrete, "compute_advantages", lambda rewards, values, next_values, terminations, dones,
                         *rest: rows.append((rewards.copy(), dones.copy())) or
                         compute_advantages(rewards, values, next_values, terminations, dones, *rest))
-    log_episode = ppo_discrete.Run.log_episode
-    monkeypatch.setattr(ppo_discrete.Run, "log_episode", lambda run, r, length, step: returns.append(float(r)) or
-                        log_episode(run, r, length, step))
+    log_episodes = ppo_discrete.Run.log_episodes
+    monkeypatch.setattr(ppo_discrete.Run, "log_episodes", lambda run, infos, step: returns.extend(
+        infos["episode"]["r"][infos["_episode"]].tolist() if "episode" in infos else []) or log_episodes(run, infos, step))
     step = ppo_discrete.AtariTraining.step
     monkeypatch.setattr(ppo_discrete.AtariTraining, "step", lambda envs, actions: (lambda result: lives.append(
         np.array(result[-1]["lives"])) or result)(step(envs, actions)))  # the engine's lives after each step

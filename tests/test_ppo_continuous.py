@@ -101,7 +101,7 @@ def test_observation_statistics_are_shared_saved_restored_and_frozen(in_tmp, mon
 def test_running_statistics_match_numpy_over_all_batches():
     rng = np.random.default_rng(0)
     batches = [rng.normal(3.0, 2.0, size=(n, 4)) for n in (1, 7, 30, 2)]
-    rms = ppo.RunningMeanStd((4,))
+    rms = ppo.RunningMeanStd(shape=(4,))
     for batch in batches:
         rms.update(batch)
     everything = np.concatenate(batches)
@@ -178,3 +178,16 @@ def test_the_box_scripts_share_their_defaults_and_name_cleanrls_settings_in_help
     cleanrl_args = {"num_envs": 1, "num_steps": 2048, "num_minibatches": 32, "init_log_std": 0.0, "clip_vloss": True,
                     "gae_lambda": 0.95, "vf_coef": 0.5}
     assert asdict(tyro.cli(ppo.Args, args=cleanrl.split())) == {**ours, **cleanrl_args}
+
+
+def test_a_checkpoint_that_names_the_mean_head_actor_mean_resumes_and_evaluates(in_tmp, capsys):
+    """Checkpoints written before the Box scripts shared the name `actor` call the mean head `actor_mean`."""
+    path = ppo.train(short_args(ppo, total_timesteps=512))
+    saved = torch.load(path, weights_only=True)
+    saved["model"] = {re.sub(r"^actor\.", "actor_mean.", key): value for key, value in saved["model"].items()}
+    torch.save(saved, path)
+    checkpoint = ppo.load_checkpoint(path)
+    args = ppo.Args(**{**checkpoint["args"], "eval_checkpoint": path, "eval_episodes": 1})
+    assert len(ppo.evaluate(args, checkpoint)) == 1
+    resumed = ppo.train(ppo.Args(**{**checkpoint["args"], "total_timesteps": 1024, "resume": path}), checkpoint)
+    assert torch.load(resumed, weights_only=True)["global_step"] == 1024
