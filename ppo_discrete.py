@@ -457,12 +457,20 @@ MEMORY_DEFAULTS = {"norm_reward": True, "num_minibatches": 4, "sequence_length":
 
 def env_defaults(args, observations):
     """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) take IMAGE_DEFAULTS, a memory
-    on any other observation MEMORY_DEFAULTS (the command line parsed again over them: flags given still win)."""
+    on any other observation MEMORY_DEFAULTS."""
     entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
     if any(nature_sized(entry) for entry in entries):
-        return tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
+        return defaults_from("IMAGE_DEFAULTS", IMAGE_DEFAULTS)
     if args.recurrent != "none":
-        return tyro.cli(Args, default=Args(**MEMORY_DEFAULTS))
+        return defaults_from("MEMORY_DEFAULTS", MEMORY_DEFAULTS)
+    return args
+
+
+def defaults_from(name, table):
+    """The command line parsed again over a defaults table (flags given still win); the run's first line says so."""
+    args = tyro.cli(Args, default=Args(**table))
+    taken = [f"{key}={value}" for key, value in table.items() if getattr(args, key) == value]  # not overridden
+    print(f"defaults: {name} sets {', '.join(taken)}" if taken else f"defaults: {name} overridden by the flags given")
     return args
 
 

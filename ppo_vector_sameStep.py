@@ -64,8 +64,8 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     """PPO with same-step autoreset in worker processes. Each run's events and checkpoint go to the folder
     runs/<env>__<exp-name>__<seed>__<time>/. Flags not given follow the env where a table (Capabilities part) says so:
-    IMAGE_DEFAULTS for images of 36 x 36 or more (Atari, CarRacing-v3), MEMORY_DEFAULTS with --recurrent on categorical
-    actions."""
+    ENV_DEFAULTS for Hopper-v5, Walker2d-v5 and BipedalWalker-v3 (init-log-std -0.5), IMAGE_DEFAULTS for images
+    of 36 x 36 or more (Atari, CarRacing-v3), MEMORY_DEFAULTS with --recurrent on categorical actions."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -546,17 +546,29 @@ IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_l
                   "update_epochs": 4, "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5,
                   "eval_sample": True}  # CleanRL's Atari update (it evaluates by sampling too)
 MEMORY_DEFAULTS = {"norm_reward": True, "num_minibatches": 4, "sequence_length": 16}  # --recurrent, categorical
+# Settings per env id, each measured over seeds 11-20 at 1M (benchmarks/results/README.md, "Every seed learns")
+ENV_DEFAULTS = {"Hopper-v5": {"init_log_std": -0.5}, "Walker2d-v5": {"init_log_std": -0.5},
+                "BipedalWalker-v3": {"init_log_std": -0.5}}
 
 
 def env_defaults(args, observations, actions):
-    """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) take IMAGE_DEFAULTS, a memory
-    with categorical actions on any other observation MEMORY_DEFAULTS, as in ppo_discrete.py (the command line parsed
-    again over them: flags given still win)."""
+    """Flags not given follow the env: an env id of ENV_DEFAULTS takes its settings, images that a Nature CNN reads
+    (36 x 36 or more) IMAGE_DEFAULTS, a memory with categorical actions MEMORY_DEFAULTS, as in ppo_discrete.py."""
     entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
+    if args.env_id in ENV_DEFAULTS:
+        return defaults_from(f"ENV_DEFAULTS[{args.env_id!r}]", ENV_DEFAULTS[args.env_id])
     if any(nature_sized(entry) for entry in entries):
-        return tyro.cli(Args, default=Args(**IMAGE_DEFAULTS))
+        return defaults_from("IMAGE_DEFAULTS", IMAGE_DEFAULTS)
     if args.recurrent != "none" and not isinstance(actions, gym.spaces.Box):
-        return tyro.cli(Args, default=Args(**MEMORY_DEFAULTS))
+        return defaults_from("MEMORY_DEFAULTS", MEMORY_DEFAULTS)
+    return args
+
+
+def defaults_from(name, table):
+    """The command line parsed again over a defaults table (flags given still win); the run's first line says so."""
+    args = tyro.cli(Args, default=Args(**table))
+    taken = [f"{key}={value}" for key, value in table.items() if getattr(args, key) == value]  # not overridden
+    print(f"defaults: {name} sets {', '.join(taken)}" if taken else f"defaults: {name} overridden by the flags given")
     return args
 
 

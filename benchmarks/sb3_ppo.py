@@ -16,10 +16,10 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.vec_env import VecNormalize
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from ppo_continuous import gae_lambda_for  # noqa: E402
+from ppo_continuous import ENV_DEFAULTS, gae_lambda_for  # noqa: E402
 
-# The defaults of ppo_discrete.py and of ppo_continuous.py (no value clipping, initial std exp(-1), GAE's lambda from
-# the action dimensions, ppo_continuous.gae_lambda_for, when gae_lambda is None), and CleanRL's
+# The defaults of ppo_discrete.py and of ppo_continuous.py (no value clipping, initial std exp(-1) or its ENV_DEFAULTS',
+# GAE's lambda from the action dimensions, ppo_continuous.gae_lambda_for, when gae_lambda is None), and CleanRL's
 # MuJoCo settings (benchmarks/common.py SETTINGS["CLEANRL"]). vf_coef in our scripts' units (their value loss is
 # vf_coef * 0.5 * squared error, SB3's vf_coef * squared error).
 DISCRETE = dict(num_envs=8, n_steps=128, num_minibatches=8, n_epochs=9, learning_rate=1.88e-3, ent_coef=2.7e-5,
@@ -42,6 +42,8 @@ if __name__ == "__main__":
     cli = parser.parse_args()
 
     config = CLEANRL if cli.cleanrl else CONTINUOUS if cli.continuous else DISCRETE
+    if cli.continuous and cli.env_id in ENV_DEFAULTS:  # the settings ppo_continuous.py takes for this env
+        config = {**config, "log_std_init": ENV_DEFAULTS[cli.env_id]["init_log_std"]}
     envs = make_vec_env(cli.env_id, n_envs=config["num_envs"], seed=cli.seed, monitor_dir=cli.monitor_dir)
     if cli.continuous or cli.cleanrl:  # running mean/std of observations and of the discounted return, both clipped to [-10, 10]
         envs = VecNormalize(envs, norm_obs=True, norm_reward=True, clip_obs=10.0, clip_reward=10.0, gamma=0.99)

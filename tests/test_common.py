@@ -4,6 +4,7 @@ import glob
 import importlib.util
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -648,3 +649,35 @@ def test_capture_video_without_moviepy_gets_the_install_command(ppo, monkeypatch
     with pytest.raises(SystemExit, match=r"^error: --capture-video needs: pip install moviepy$"):
         ppo.check_args(short_args(ppo, capture_video=True))
     ppo.check_args(short_args(ppo, capture_video=False))  # only the flag needs it
+
+
+@pytest.mark.parametrize("box_ppo", [ppo_continuous, ppo_vector_sameStep], ids=lambda module: module.__name__)
+def test_env_defaults_apply_to_the_named_envs_only_say_so_yield_to_flags_and_a_resume_keeps_its_own(box_ppo, in_tmp,
+                                                                                                 monkeypatch, capsys):
+    """ENV_DEFAULTS: Hopper-v5 (and the others it names) trains at --init-log-std -0.5 unless a flag says otherwise,
+    said in the run's first line; other envs keep the script's defaults; a checkpoint resumes with its own settings."""
+    script = f"{box_ppo.__name__}.py"
+    assert set(box_ppo.ENV_DEFAULTS) == {"Hopper-v5", "Walker2d-v5", "BipedalWalker-v3"}
+    monkeypatch.setattr(sys, "argv", [script, "--env-id", "Hopper-v5"])
+    assert box_ppo.parse_args()[0] == box_ppo.Args(env_id="Hopper-v5", init_log_std=-0.5)
+    assert "defaults: ENV_DEFAULTS['Hopper-v5'] sets init_log_std=-0.5" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", [script, "--env-id", "Hopper-v5", "--init-log-std", "-1.2"])
+    assert box_ppo.parse_args()[0].init_log_std == -1.2  # a flag given wins
+    assert "defaults: ENV_DEFAULTS['Hopper-v5'] overridden by the flags given" in capsys.readouterr().out
+    for env_id in ("HalfCheetah-v5", "Pendulum-v1"):  # not in the table: the defaults, and no line about them
+        monkeypatch.setattr(sys, "argv", [script, "--env-id", env_id])
+        assert box_ppo.parse_args()[0] == box_ppo.Args(env_id=env_id)
+        assert "defaults:" not in capsys.readouterr().out
+    path = box_ppo.train(short_args(box_ppo, env_id="Hopper-v5", total_timesteps=512))  # as trained before the table
+    monkeypatch.setattr(sys, "argv", [script, "--resume", path, "--total-timesteps", "1024"])
+    args, _ = box_ppo.parse_args()
+    assert args.init_log_std == box_ppo.Args.init_log_std == -1.0 and "defaults:" not in capsys.readouterr().out
+
+
+def test_a_copy_of_a_box_script_takes_the_same_env_defaults(tmp_path):
+    shutil.copy(os.path.join(ROOT, "ppo_continuous.py"), tmp_path / "my_experiment.py")
+    process = subprocess.run([sys.executable, "my_experiment.py", "--env-id", "Walker2d-v5", "--total-timesteps", "512",
+                              "--num-envs", "2", "--num-steps", "256", "--checkpoint-interval", "0"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=300)
+    first = process.stdout.splitlines()[0]
+    assert process.returncode == 0 and first == "defaults: ENV_DEFAULTS['Walker2d-v5'] sets init_log_std=-0.5"
