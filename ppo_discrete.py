@@ -1269,9 +1269,8 @@ def evaluate(args, checkpoint):
     episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, infos = envs.reset(seed=args.seed)
     state = agent.initial_state(1)  # memory's state, carried through each episode
-    packed = isinstance(envs.single_observation_space, Packed)  # a Dict's rows of bytes stay bytes
     while len(episodic_returns) < args.eval_episodes:
-        obs = torch.from_numpy(next_obs[None] if packed else next_obs[None].astype(np.float32))
+        obs = torch.from_numpy(next_obs[None].astype(buffer_dtype(envs.single_observation_space)))  # as in training
         given = args.action_mask and "action_mask" in infos
         mask = torch.from_numpy(action_mask(infos, sum(agent.parts), np.zeros(1))) if given else None
         with torch.no_grad():
