@@ -58,10 +58,10 @@ from torch.utils.tensorboard import SummaryWriter
 @dataclass
 class Args:
     """PPO for Box actions. Each run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Flags not
-    given follow the env where a table (Capabilities part) says so: ENV_DEFAULTS for Hopper-v5, Walker2d-v5 and
-    BipedalWalker-v3 (init-log-std -0.5), IMAGE_DEFAULTS for images of 36 x 36 or more (CarRacing-v3). CleanRL's
-    MuJoCo settings: --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95
-    --vf-coef 0.5"""
+    given follow the env where a table (Capabilities part) says so: ENV_DEFAULTS for Hopper-v5, Walker2d-v5,
+    BipedalWalker-v3 and EnvPool's DMC tasks (init-log-std -0.5), IMAGE_DEFAULTS for images of 36 x 36 or more, as
+    CarRacing-v3's. CleanRL's MuJoCo settings: --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0
+    --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -127,7 +127,7 @@ class Args:
     hidden_size: int = 64
     """the width of the two tanh layers of the actor and of the critic (after a Nature CNN: none, linear heads)"""
     init_log_std: float = -1.0
-    """the log std the policy starts with (std 0.37; ENV_DEFAULTS give Hopper-v5 and its kin -0.5, as most DMC tasks)"""
+    """the log std the policy starts with (std 0.37; ENV_DEFAULTS give Hopper-v5, its kin and the DMC tasks -0.5)"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
     """memory, for envs that hide part of their state: an LSTM or GRU after the encoder (the README gives its cost)"""
     sequence_length: int = 0
@@ -482,20 +482,32 @@ def train(args, checkpoint=None):
 IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
                   "update_epochs": 4, "clip_coef": 0.1, "ent_coef": 0.01, "vf_coef": 0.5,
                   "eval_sample": True}  # CleanRL's Atari update and budget (on CarRacing-v3 the MuJoCo one overshoots)
-# Settings per env id, each measured over seeds 11-20 at 1M (benchmarks/results/README.md, "Every seed learns")
+# Settings per env id, each measured over seeds 11-20 at 1M, and "dm_control": every DeepMind Control Suite task on
+# EnvPool, one family (benchmarks/results/README.md, "Every seed learns", "Defaults per env (issue 80)")
 ENV_DEFAULTS = {"Hopper-v5": {"init_log_std": -0.5}, "Walker2d-v5": {"init_log_std": -0.5},
-                "BipedalWalker-v3": {"init_log_std": -0.5}}
+                "BipedalWalker-v3": {"init_log_std": -0.5}, "dm_control": {"init_log_std": -0.5}}
 
 
 def env_defaults(args, observations):
-    """Flags not given follow the env: an env id of ENV_DEFAULTS takes its settings, images that a Nature CNN reads
-    (36 x 36 or more) IMAGE_DEFAULTS."""
+    """Flags not given follow the env: an env id of ENV_DEFAULTS takes its settings (EnvPool's DMC tasks those of
+    "dm_control"), images that a Nature CNN reads (36 x 36 or more) IMAGE_DEFAULTS."""
     entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
-    if args.env_id in ENV_DEFAULTS:
-        return defaults_from(f"ENV_DEFAULTS[{args.env_id!r}]", ENV_DEFAULTS[args.env_id])
+    family = "dm_control" if dmc_task(args) else args.env_id
+    if family in ENV_DEFAULTS:
+        return defaults_from(f"ENV_DEFAULTS[{family!r}]", ENV_DEFAULTS[family])
     if any(nature_sized(entry) for entry in entries):
         return defaults_from("IMAGE_DEFAULTS", IMAGE_DEFAULTS)
     return args
+
+
+def dmc_task(args):
+    """Whether the env is one of EnvPool's DeepMind Control Suite tasks (CheetahRun-v1, WalkerWalk-v1, ...)."""
+    if args.env_backend != "envpool":
+        return False
+    from envpool.registration import registry
+
+    spec = registry.specs.get(args.env_id)  # (module, class, settings)
+    return spec is not None and spec[0] == "envpool.mujoco.dmc"
 
 
 def defaults_from(name, table):

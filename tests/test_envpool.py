@@ -61,6 +61,27 @@ def test_envpool_trains_resumes_and_evaluates_and_the_run_keeps_its_engine(ppo, 
 
 
 @needs_envpool
+def test_envpool_dmc_tasks_take_the_family_defaults_flags_win_and_other_envpool_ids_keep_the_scripts(monkeypatch,
+                                                                                                    capsys):
+    """ENV_DEFAULTS['dm_control'] gives every DeepMind Control Suite task on EnvPool --init-log-std -0.5 (said in the
+    run's first line, a flag given wins); EnvPool's other ids, MuJoCo's gym bodies among them, keep the defaults."""
+    engine = ["--env-backend", "envpool"]
+    for task in ("CheetahRun-v1", "FingerSpin-v1"):
+        monkeypatch.setattr(sys, "argv", ["ppo_continuous.py", "--env-id", task, *engine])
+        assert ppo_continuous.parse_args()[0] == ppo_continuous.Args(env_id=task, env_backend="envpool",
+                                                                     init_log_std=-0.5)
+        assert "defaults: ENV_DEFAULTS['dm_control'] sets init_log_std=-0.5" in capsys.readouterr().out
+    flag = ["--init-log-std", "-1"]
+    monkeypatch.setattr(sys, "argv", ["ppo_continuous.py", "--env-id", "CheetahRun-v1", *engine, *flag])
+    assert ppo_continuous.parse_args()[0].init_log_std == -1.0
+    assert "defaults: ENV_DEFAULTS['dm_control'] overridden by the flags given" in capsys.readouterr().out
+    for env_id in ("HalfCheetah-v4", "Pendulum-v1"):
+        monkeypatch.setattr(sys, "argv", ["ppo_continuous.py", "--env-id", env_id, *engine])
+        assert ppo_continuous.parse_args()[0] == ppo_continuous.Args(env_id=env_id, env_backend="envpool")
+        assert "defaults:" not in capsys.readouterr().out
+
+
+@needs_envpool
 @pytest.mark.parametrize("ppo, env_id", [(ppo_discrete, "CartPole-v1"), (ppo_continuous, "Hopper-v5")],
                          ids=["ppo_discrete", "ppo_continuous"])
 def test_envpool_autoreset_rows_are_those_the_scripts_drop(ppo, env_id, in_tmp, monkeypatch):
