@@ -41,8 +41,16 @@ if sys.platform == "win32":  # the run folder's lock (fcntl) and the stop signal
     sys.exit(f"error: {os.path.basename(__file__)} runs on Linux and macOS, not on Windows (there, use WSL)")
 import fcntl  # noqa: E402
 
+
+def exit_interrupted(signum=None, frame=None):
+    """Ctrl-C before training: one line, status 1; a further Ctrl-C while Python prints it is let go (a
+    handler that raised there would cut the line)"""
+    signal.signal(signal.SIGINT, lambda signum, frame: None)
+    sys.exit("interrupted")
+
+
 if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit("interrupted"))  # Ctrl-C while torch loads
+    signal.signal(signal.SIGINT, exit_interrupted)  # Ctrl-C while torch loads
 
 import gymnasium as gym
 import numpy as np
@@ -1216,7 +1224,7 @@ def main():
         fail(f"{args.env_id} {e if isinstance(e, EnvError) else f'returned a non-finite {e}'}"
              f"{' during evaluation' if args.eval_checkpoint else ''}")
     except KeyboardInterrupt:  # Ctrl-C before training started (during training it saves a checkpoint instead)
-        raise SystemExit("interrupted")
+        exit_interrupted()
     except BrokenPipeError:  # the reader of the output went away (`--help | head`): stop quietly, as shell tools do
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit finds no closed pipe
         raise SystemExit(1)
