@@ -64,8 +64,9 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     """PPO for Discrete, MultiDiscrete and MultiBinary actions, with the env's invalid-action masks. Each run's events
     and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Flags not given follow the env where a table says so:
-    IMAGE_DEFAULTS for images of 36 x 36 or more (Atari), MEMORY_DEFAULTS with --recurrent (Capabilities part). The
-    defaults below came from a benchmarks/tune.py study; CleanRL's ppo.py settings: --learning-rate 2.5e-4 --num-envs 4
+    ENV_DEFAULTS for the env ids it names (MiniGrid-RedBlueDoors-6x6-v0), IMAGE_DEFAULTS for Atari's images and others
+    of 36 x 36 or more, MEMORY_DEFAULTS with --recurrent (Capabilities part). The defaults below came from a
+    benchmarks/tune.py study; CleanRL's ppo.py settings: --learning-rate 2.5e-4 --num-envs 4
     --gae-lambda 0.95 --num-minibatches 4 --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5
     --max-grad-norm 0.5"""
 
@@ -115,7 +116,7 @@ class Args:
     update_epochs: int = 9
     """the number of passes over the rollout in each update"""
     norm_adv: bool = True
-    """if toggled, normalize advantages per minibatch"""
+    """if toggled, normalize advantages per minibatch (off for MiniGrid-RedBlueDoors-6x6-v0: ENV_DEFAULTS)"""
     clip_coef: float = 0.1
     """the surrogate clipping coefficient"""
     clip_vloss: bool = True
@@ -461,12 +462,19 @@ IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_l
                   "update_epochs": 4, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5,
                   "eval_sample": True}  # CleanRL's for Atari (it evaluates by sampling too)
 MEMORY_DEFAULTS = {"norm_reward": True, "num_minibatches": 4, "sequence_length": 16}  # --recurrent: CartPoleNoVel-v1's
+# Settings per env id (gymnasium's id, without the module before a colon), each measured over seeds 11-20 at 1M
+# (benchmarks/results/README.md, "Defaults per env (issue 80)"). RedBlueDoors-6x6: advantages normalized per
+# minibatch blow a rollout's small losses at the blue door up to full size, and the toggle action dies out.
+ENV_DEFAULTS = {"MiniGrid-RedBlueDoors-6x6-v0": {"norm_adv": False}}
 
 
 def env_defaults(args, observations):
-    """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) take IMAGE_DEFAULTS, a memory
-    on any other observation MEMORY_DEFAULTS."""
+    """Flags not given follow the env: an env id of ENV_DEFAULTS takes its settings, images that a Nature CNN reads
+    (36 x 36 or more) IMAGE_DEFAULTS, a memory on any other observation MEMORY_DEFAULTS."""
     entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
+    env_id = args.env_id.split(":")[-1]  # minigrid:MiniGrid-RedBlueDoors-6x6-v0 as typed
+    if env_id in ENV_DEFAULTS:
+        return defaults_from(f"ENV_DEFAULTS[{env_id!r}]", ENV_DEFAULTS[env_id])
     if any(nature_sized(entry) for entry in entries):
         return defaults_from("IMAGE_DEFAULTS", IMAGE_DEFAULTS)
     if args.recurrent != "none":

@@ -4,6 +4,7 @@ import glob
 import os
 import re
 import shutil
+import sys
 from dataclasses import asdict
 from types import SimpleNamespace
 
@@ -113,3 +114,17 @@ def test_reward_scaling_divides_the_rollout_rewards_and_its_statistics_resume(in
     (path,) = glob.glob("runs/*/checkpoint.pt")
     resumed = ppo.load_checkpoint(path)["return_rms"]
     assert statistics["count"] + 400 < resumed["count"] <= statistics["count"] + 512  # one more iteration's real rows
+
+
+def test_env_defaults_match_the_env_id_whatever_module_registers_it(monkeypatch, capsys):
+    """ENV_DEFAULTS is keyed by gymnasium's id: MiniGrid as typed (minigrid:MiniGrid-RedBlueDoors-6x6-v0) and an own
+    module's import of it take the entry; the networks' input plays no part (MiniGrid's 7 x 7 view here)."""
+    view = gym.spaces.Box(0, 10, (7, 7, 3), np.uint8)
+    for env_id in ("minigrid:MiniGrid-RedBlueDoors-6x6-v0", "my_grids:MiniGrid-RedBlueDoors-6x6-v0"):
+        monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", env_id])
+        assert ppo.env_defaults(tyro.cli(ppo.Args), view) == ppo.Args(env_id=env_id, norm_adv=False)
+        assert capsys.readouterr().out == f"defaults: ENV_DEFAULTS['{env_id.split(':')[1]}'] sets norm_adv=False\n"
+    for env_id in ("minigrid:MiniGrid-DoorKey-5x5-v0", "minigrid:MiniGrid-RedBlueDoors-6x6-v1"):
+        monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", env_id])
+        args = tyro.cli(ppo.Args)
+        assert ppo.env_defaults(args, view) is args and capsys.readouterr().out == ""
