@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import FINAL_EPISODES, read_run  # noqa: E402
+from common import FINAL_EPISODES, RunNotReadable, read_run  # noqa: E402
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
@@ -23,6 +23,10 @@ if __name__ == "__main__":
                    for path in glob.glob(os.path.join(folder, "**", "events.out.tfevents.*"), recursive=True)})
     print("run | " + " | ".join(f"last {FINAL_EPISODES} at {steps:,}" for steps in cli.at))
     for run in runs:
-        episodes = read_run(run)
+        try:
+            episodes = read_run(run)
+        except RunNotReadable as reason:  # no episode finished yet, a truncated events file: a row of dashes
+            print(f"{os.path.basename(run)}: {reason}", file=sys.stderr)
+            episodes = {"returns": np.zeros(0), "steps": np.zeros(0)}
         means = [episodes["returns"][episodes["steps"] <= steps][-FINAL_EPISODES:] for steps in cli.at]
         print(f"{os.path.basename(run)} | " + " | ".join(f"{np.mean(m):.2f}" if len(m) else "-" for m in means))

@@ -42,12 +42,13 @@ if __name__ == "__main__":
     parser.add_argument("--env-id", default="Taxi-v4")
     parser.add_argument("--total-timesteps", type=int, default=200000)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--n-steps", type=int, default=2048, help="steps per rollout (sb3's default, 2048)")
     parser.add_argument("--report-at", type=int, nargs="*", default=[50000, 100000, 200000])
     cli = parser.parse_args()
     start = time.time()
 
     env = ActionMasker(Monitor(LastInfoMask(gym.make(cli.env_id))), lambda env: env.get_wrapper_attr("mask"))
-    model = MaskablePPO("MlpPolicy", env, seed=cli.seed, device="cpu")
+    model = MaskablePPO("MlpPolicy", env, n_steps=cli.n_steps, seed=cli.seed, device="cpu")
     model.learn(total_timesteps=cli.total_timesteps)
     monitor = env.env
     lengths, returns = monitor.get_episode_lengths(), monitor.get_episode_rewards()

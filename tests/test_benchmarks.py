@@ -685,11 +685,18 @@ def test_the_no_signal_test_bed_refuses_an_unknown_experiment_in_one_line(tmp_pa
 def test_maskable_ppo_and_at_steps_report_the_last_100_episodes_at_given_steps(tmp_path):
     """The Taxi-v4 comparison's two tools: sb3-contrib's MaskablePPO with the env's info mask, and our runs' returns."""
     pytest.importorskip("sb3_contrib", reason="needs sb3-contrib")
-    output = tool("maskable_ppo.py", "--total-timesteps", "2048", "--report-at", "1000", "2048", cwd=tmp_path)
+    output = tool("maskable_ppo.py", "--total-timesteps", "512", "--n-steps", "256", "--report-at", "300", "512",
+                  cwd=tmp_path)
     lines = output.communicate(timeout=300)[0].splitlines()
-    assert re.fullmatch(r"Taxi-v4 MaskablePPO seed 1: last-100 mean -?\d+\.\d\d at 1,000, -?\d+\.\d\d at 2,048", lines[-2])
-    run = start("ppo_discrete.py", "--env-id", "Taxi-v4", "--total-timesteps", "4096", cwd=tmp_path)
+    assert re.fullmatch(r"Taxi-v4 MaskablePPO seed 1: last-100 mean -?\d+\.\d\d at 300, -?\d+\.\d\d at 512", lines[-2])
+    run = start("ppo_discrete.py", "--env-id", "Taxi-v4", "--total-timesteps", "2048", cwd=tmp_path)
     assert run.communicate(timeout=300)[0].startswith("action masks: from the info's 'action_mask'\n")
-    table = tool("at_steps.py", "runs", "--at", "100", "4096", cwd=tmp_path).communicate(timeout=120)[0].splitlines()
-    assert table[0] == "run | last 100 at 100 | last 100 at 4,096"
+    (tmp_path / "runs" / "started").mkdir()
+    (tmp_path / "runs" / "started" / "events.out.tfevents.0").write_bytes(b"")  # a run that has logged no episode
+    table, why = tool("at_steps.py", "runs", "--at", "100", "2048", cwd=tmp_path, stderr=subprocess.PIPE).communicate(
+        timeout=120)
+    table = table.splitlines()
+    assert table[0] == "run | last 100 at 100 | last 100 at 2,048"
     assert re.fullmatch(r"Taxi-v4__ppo_discrete__1__\d+ \| - \| -?\d+\.\d\d", table[1])  # no episode ends by step 100
+    assert table[2] == "started | - | -"  # and stderr says why
+    assert why == "started: no charts/episodic_return logged under runs/started (no episode finished?)\n"
