@@ -64,8 +64,8 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     """PPO for Discrete, MultiDiscrete and MultiBinary actions, with the env's invalid-action masks. Each run's events
     and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Flags not given follow the env where a table says so:
-    ENV_DEFAULTS for the env ids it names (MiniGrid-RedBlueDoors-6x6-v0), IMAGE_DEFAULTS for Atari's images and others
-    of 36 x 36 or more, MEMORY_DEFAULTS with --recurrent (Capabilities part). The defaults below came from a
+    IMAGE_DEFAULTS for Atari's images and others of 36 x 36 or more, MEMORY_DEFAULTS with --recurrent, ENV_DEFAULTS for
+    the env ids it names, MiniGrid-RedBlueDoors-6x6-v0 (Capabilities part). The defaults below came from a
     benchmarks/tune.py study; CleanRL's ppo.py settings: --learning-rate 2.5e-4 --num-envs 4
     --gae-lambda 0.95 --num-minibatches 4 --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5
     --max-grad-norm 0.5"""
@@ -469,17 +469,20 @@ ENV_DEFAULTS = {"MiniGrid-RedBlueDoors-6x6-v0": {"norm_adv": False}}
 
 
 def env_defaults(args, observations):
-    """Flags not given follow the env: an env id of ENV_DEFAULTS takes its settings, images that a Nature CNN reads
-    (36 x 36 or more) IMAGE_DEFAULTS, a memory on any other observation MEMORY_DEFAULTS."""
+    """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) IMAGE_DEFAULTS; else a memory
+    MEMORY_DEFAULTS, and an env id of ENV_DEFAULTS its settings (over the memory's where both name one)."""
     entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
-    env_id = args.env_id.split(":")[-1]  # minigrid:MiniGrid-RedBlueDoors-6x6-v0 as typed
-    if env_id in ENV_DEFAULTS:
-        return defaults_from(f"ENV_DEFAULTS[{env_id!r}]", ENV_DEFAULTS[env_id])
     if any(nature_sized(entry) for entry in entries):
         return defaults_from("IMAGE_DEFAULTS", IMAGE_DEFAULTS)
+    names, table = [], {}
     if args.recurrent != "none":
-        return defaults_from("MEMORY_DEFAULTS", MEMORY_DEFAULTS)
-    return args
+        names.append("MEMORY_DEFAULTS")
+        table.update(MEMORY_DEFAULTS)
+    env_id = args.env_id.split(":")[-1]  # minigrid:MiniGrid-RedBlueDoors-6x6-v0 as typed
+    if env_id in ENV_DEFAULTS:
+        names.append(f"ENV_DEFAULTS[{env_id!r}]")
+        table.update(ENV_DEFAULTS[env_id])
+    return defaults_from(" + ".join(names), table) if names else args
 
 
 def defaults_from(name, table):

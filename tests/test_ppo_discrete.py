@@ -128,3 +128,18 @@ def test_env_defaults_match_the_env_id_whatever_module_registers_it(monkeypatch,
         monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", env_id])
         args = tyro.cli(ppo.Args)
         assert ppo.env_defaults(args, view) is args and capsys.readouterr().out == ""
+
+
+def test_a_memory_on_an_env_of_env_defaults_takes_both_tables_the_env_entry_over_the_memory(monkeypatch, capsys):
+    """--recurrent on an env id of ENV_DEFAULTS: MEMORY_DEFAULTS and then the env's entry, said in the first line;
+    a flag given still wins over both."""
+    view = gym.spaces.Box(0, 10, (7, 7, 3), np.uint8)
+    command = ["ppo_discrete.py", "--env-id", "minigrid:MiniGrid-RedBlueDoors-6x6-v0", "--recurrent", "lstm"]
+    monkeypatch.setattr(sys, "argv", command)
+    args = ppo.env_defaults(tyro.cli(ppo.Args), view)
+    assert args == ppo.Args(env_id=command[2], recurrent="lstm", **ppo.MEMORY_DEFAULTS, norm_adv=False)
+    both = "defaults: MEMORY_DEFAULTS + ENV_DEFAULTS['MiniGrid-RedBlueDoors-6x6-v0'] sets norm_reward=True, "
+    assert capsys.readouterr().out == both + "num_minibatches=4, sequence_length=16, norm_adv=False\n"
+    monkeypatch.setattr(sys, "argv", [*command, "--norm-adv", "--num-minibatches", "2"])
+    args = ppo.env_defaults(tyro.cli(ppo.Args), view)
+    assert args.norm_adv and args.num_minibatches == 2 and args.norm_reward and args.sequence_length == 16
