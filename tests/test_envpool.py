@@ -82,30 +82,30 @@ def test_envpool_dmc_tasks_take_the_family_defaults_flags_win_and_other_envpool_
 
 
 @needs_envpool
-def test_red_blue_doors_takes_its_env_defaults_flags_win_other_grids_keep_the_scripts_and_a_resume_keeps_its_own(
+def test_grids_take_the_grid_defaults_red_blue_doors_its_entry_flags_win_and_a_resume_keeps_its_own(
         in_tmp, monkeypatch, capsys):
-    """ENV_DEFAULTS['MiniGrid-RedBlueDoors-6x6-v0'] turns advantage normalization off (said in the run's first line, a
-    flag given wins); MiniGrid's other envs keep the defaults; a checkpoint resumes with the settings it trained with.
-    (EnvPool's port of the env: the tests' machines have EnvPool, not minigrid.)"""
+    """MiniGrid's grids take GRID_DEFAULTS, RedBlueDoors-6x6 its ENV_DEFAULTS entry over them (said in the run's first
+    line; a flag given wins); a checkpoint resumes with the settings it trained with. (EnvPool's ports of MiniGrid:
+    the tests' machines have EnvPool, not minigrid.)"""
     engine = ["--env-backend", "envpool"]
     monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", "MiniGrid-RedBlueDoors-6x6-v0", *engine])
     assert ppo_discrete.parse_args()[0] == ppo_discrete.Args(env_id="MiniGrid-RedBlueDoors-6x6-v0",
-                                                             env_backend="envpool", norm_adv=False)
-    assert "defaults: ENV_DEFAULTS['MiniGrid-RedBlueDoors-6x6-v0'] sets norm_adv=False" in capsys.readouterr().out
+                                                             env_backend="envpool", norm_adv=False, ent_coef=2.7e-5)
+    both = "GRID_DEFAULTS + ENV_DEFAULTS['MiniGrid-RedBlueDoors-6x6-v0']"
+    assert f"defaults: {both} sets ent_coef=2.7e-05, norm_adv=False" in capsys.readouterr().out
     monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", "MiniGrid-RedBlueDoors-6x6-v0", *engine,
-                                      "--norm-adv"])
+                                      "--norm-adv", "--ent-coef", "0.001"])
     assert ppo_discrete.parse_args()[0].norm_adv
-    overridden = "defaults: ENV_DEFAULTS['MiniGrid-RedBlueDoors-6x6-v0'] overridden by the flags given"
-    assert overridden in capsys.readouterr().out
+    assert f"defaults: {both} overridden by the flags given" in capsys.readouterr().out
     for env_id in ("MiniGrid-DoorKey-5x5-v0", "MiniGrid-RedBlueDoors-8x8-v0"):
         monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", env_id, *engine])
-        assert ppo_discrete.parse_args()[0] == ppo_discrete.Args(env_id=env_id, env_backend="envpool")
-        assert "defaults:" not in capsys.readouterr().out
-    path = ppo_discrete.train(short_args(ppo_discrete, env_id="MiniGrid-RedBlueDoors-6x6-v0", env_backend="envpool",
-                                         total_timesteps=512))  # trained as before the table
+        assert ppo_discrete.parse_args()[0] == ppo_discrete.Args(env_id=env_id, env_backend="envpool", ent_coef=0.01)
+        assert "defaults: GRID_DEFAULTS sets ent_coef=0.01" in capsys.readouterr().out
+    path = ppo_discrete.train(short_args(ppo_discrete, env_id="MiniGrid-DoorKey-5x5-v0", env_backend="envpool",
+                                         total_timesteps=512))  # trained as before the tables
     monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--resume", path, "--total-timesteps", "1024"])
     args, _ = ppo_discrete.parse_args()
-    assert args.norm_adv and "defaults:" not in capsys.readouterr().out
+    assert args.ent_coef == ppo_discrete.Args.ent_coef and "defaults:" not in capsys.readouterr().out
 
 
 @needs_envpool

@@ -116,18 +116,37 @@ def test_reward_scaling_divides_the_rollout_rewards_and_its_statistics_resume(in
     assert statistics["count"] + 400 < resumed["count"] <= statistics["count"] + 512  # one more iteration's real rows
 
 
+def test_grid_defaults_follow_the_observation_whatever_the_env_id(monkeypatch, capsys):
+    """GRID_DEFAULTS go by what the env gives, not its id: an image under 36 x 36 (MiniGrid's 7 x 7 view), alone or in
+    a Dict, takes CleanRL's entropy bonus; floats or an image too small for a CNN do not; a memory takes MEMORY_DEFAULTS
+    instead."""
+    view = gym.spaces.Box(0, 10, (7, 7, 3), np.uint8)
+    as_it_comes = gym.spaces.Dict({"image": view, "direction": gym.spaces.Discrete(4)})
+    monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", "my_grids:Anything-v0"])
+    for space in (view, as_it_comes):
+        assert ppo.env_defaults(tyro.cli(ppo.Args), space) == ppo.Args(env_id="my_grids:Anything-v0", ent_coef=0.01)
+        assert capsys.readouterr().out == "defaults: GRID_DEFAULTS sets ent_coef=0.01\n"
+    for space in (gym.spaces.Box(-1, 1, (7, 7, 3)), gym.spaces.Box(0, 10, (6, 6, 3), np.uint8)):  # floats; too small
+        args = tyro.cli(ppo.Args)
+        assert ppo.env_defaults(args, space) is args and capsys.readouterr().out == ""
+    monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", "my_grids:Anything-v0", "--recurrent", "gru"])
+    assert ppo.env_defaults(tyro.cli(ppo.Args), as_it_comes).ent_coef == ppo.Args.ent_coef
+    assert capsys.readouterr().out.startswith("defaults: MEMORY_DEFAULTS sets")
+
+
 def test_env_defaults_match_the_env_id_whatever_module_registers_it(monkeypatch, capsys):
-    """ENV_DEFAULTS is keyed by gymnasium's id: MiniGrid as typed (minigrid:MiniGrid-RedBlueDoors-6x6-v0) and an own
-    module's import of it take the entry; the networks' input plays no part (MiniGrid's 7 x 7 view here)."""
+    """ENV_DEFAULTS is keyed by gymnasium's id, over GRID_DEFAULTS: MiniGrid as typed
+    (minigrid:MiniGrid-RedBlueDoors-6x6-v0) and an own module's import of it take the entry; other ids the grid's."""
     view = gym.spaces.Box(0, 10, (7, 7, 3), np.uint8)
     for env_id in ("minigrid:MiniGrid-RedBlueDoors-6x6-v0", "my_grids:MiniGrid-RedBlueDoors-6x6-v0"):
         monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", env_id])
-        assert ppo.env_defaults(tyro.cli(ppo.Args), view) == ppo.Args(env_id=env_id, norm_adv=False)
-        assert capsys.readouterr().out == f"defaults: ENV_DEFAULTS['{env_id.split(':')[1]}'] sets norm_adv=False\n"
+        assert ppo.env_defaults(tyro.cli(ppo.Args), view) == ppo.Args(env_id=env_id, norm_adv=False, ent_coef=2.7e-5)
+        both = f"GRID_DEFAULTS + ENV_DEFAULTS['{env_id.split(':')[1]}']"
+        assert capsys.readouterr().out == f"defaults: {both} sets ent_coef=2.7e-05, norm_adv=False\n"
     for env_id in ("minigrid:MiniGrid-DoorKey-5x5-v0", "minigrid:MiniGrid-RedBlueDoors-6x6-v1"):
         monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", env_id])
-        args = tyro.cli(ppo.Args)
-        assert ppo.env_defaults(args, view) is args and capsys.readouterr().out == ""
+        assert ppo.env_defaults(tyro.cli(ppo.Args), view) == ppo.Args(env_id=env_id, ent_coef=0.01)
+        assert capsys.readouterr().out == "defaults: GRID_DEFAULTS sets ent_coef=0.01\n"
 
 
 def test_a_memory_on_an_env_of_env_defaults_takes_both_tables_the_env_entry_over_the_memory(monkeypatch, capsys):
@@ -137,9 +156,9 @@ def test_a_memory_on_an_env_of_env_defaults_takes_both_tables_the_env_entry_over
     command = ["ppo_discrete.py", "--env-id", "minigrid:MiniGrid-RedBlueDoors-6x6-v0", "--recurrent", "lstm"]
     monkeypatch.setattr(sys, "argv", command)
     args = ppo.env_defaults(tyro.cli(ppo.Args), view)
-    assert args == ppo.Args(env_id=command[2], recurrent="lstm", **ppo.MEMORY_DEFAULTS, norm_adv=False)
+    assert args == ppo.Args(env_id=command[2], recurrent="lstm", **ppo.MEMORY_DEFAULTS, norm_adv=False)  # no grid rule
     both = "defaults: MEMORY_DEFAULTS + ENV_DEFAULTS['MiniGrid-RedBlueDoors-6x6-v0'] sets norm_reward=True, "
-    assert capsys.readouterr().out == both + "num_minibatches=4, sequence_length=16, norm_adv=False\n"
+    assert capsys.readouterr().out == both + "num_minibatches=4, sequence_length=16, norm_adv=False, ent_coef=2.7e-05\n"
     monkeypatch.setattr(sys, "argv", [*command, "--norm-adv", "--num-minibatches", "2"])
     args = ppo.env_defaults(tyro.cli(ppo.Args), view)
     assert args.norm_adv and args.num_minibatches == 2 and args.norm_reward and args.sequence_length == 16
