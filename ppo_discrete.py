@@ -42,8 +42,12 @@ import fcntl  # noqa: E402
 
 def exit_interrupted(signum=None, frame=None):
     """Ctrl-C before training: one line, status 1; a further Ctrl-C while Python prints it is let go (a
-    handler that raised there would cut the line)"""
+    handler that raised there would cut the line). As the signal handler (while torch loads) it ends the process
+    itself: raised there, SystemExit can land in a callback whose errors Python prints and ignores, and start goes on"""
     signal.signal(signal.SIGINT, lambda signum, frame: None)
+    if signum is not None:  # nothing to close or save yet
+        os.write(2, b"interrupted\n")
+        os._exit(1)
     sys.exit("interrupted")
 
 
