@@ -405,7 +405,7 @@ def test_ctrl_c_pressed_again_and_again_while_the_script_starts_gets_one_line(pp
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
 def test_ctrl_c_that_lands_in_a_callback_python_ignores_still_ends_the_start(ppo):
     """Ctrl-C while torch loads can land in a weakref callback (importlib's module locks have one), where Python prints
-    an exception from the handler as ignored and goes on (CI: a traceback before the line, and the start went on)."""
+    an exception from the handler as ignored and goes on (seen in the suite: a traceback, and the start went on)."""
     code = (f"import signal, weakref, {ppo.__name__} as ppo\n"
             "class Lock: pass\n"
             "lock = Lock()\n"
