@@ -7,11 +7,13 @@ Three parts, each opened by a banner line. The PPO core (Args, envs, Agent, GAE,
 update as visible loops) is all that plain PPO on vectors (CartPole-v1) runs through; "detail N" names the details of
 "The 37 Implementation Details of PPO" (Huang et al., 2022). Capabilities: what the core calls only for images and
 Atari, Dict observations, multi-part actions and masks, memory, the defaults tables. Run safety: checks, checkpoints,
-faults, progress, evaluation; nothing there changes what PPO computes. Where a change goes:
-- a network: Agent.__init__ (the logits are agent.actor(hidden), which Agent.policy reads);
+faults, progress, evaluation; nothing there changes what PPO computes (its banner: what it does with each change).
+Where a change goes:
+- a setting: a field of Args (its checks: check_settings); a network: Agent (Agent.log_probs reads the actor);
 - a loss term: ppo_loss (the minibatch is a dict; each statistic it returns is logged as losses/<name>);
-- a schedule: an entry of `coefs` in train() (logged as charts/<name>; ppo_loss reads coefs[name]);
-- a piece of state: train()'s `state` (checkpointed, resumed); rollout data: a buffer in train(), then `batch`.
+- a schedule: an entry of coefficients() (logged as charts/<name>; ppo_loss reads coefs[name]);
+- a piece of state: train()'s `state` (checkpointed, resumed); rollout data: a buffer in train(), then `batch`;
+- a rollout statistic: an entry of `charts` at the end of train()'s iteration (logged as charts/<name>).
 Gymnasium 1.x autoresets NEXT_STEP: the step after an episode ends is not a transition and has no weight in the update.
 """
 
@@ -41,9 +43,8 @@ import fcntl  # noqa: E402
 
 
 def exit_interrupted(signum=None, frame=None):
-    """Ctrl-C before training: one line, status 1; a further Ctrl-C while Python prints it is let go (a
-    handler that raised there would cut the line). As the signal handler (while torch loads) it ends the process
-    itself: raised there, SystemExit can land in a callback whose errors Python prints and ignores, and start goes on"""
+    """A stop before training: one line, status 1, a further Ctrl-C let go (raising there would cut the line). As the
+    handler while torch loads it ends the process itself (a SystemExit raised can land in a callback Python ignores)"""
     signal.signal(signal.SIGINT, lambda signum, frame: None)
     if signum is not None:  # nothing to close or save yet
         os.write(2, b"interrupted\n")
@@ -68,12 +69,10 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     """PPO for Discrete, MultiDiscrete and MultiBinary actions, with the env's invalid-action masks. Each run's events
     and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Flags not given follow the env where a table says so:
-    IMAGE_DEFAULTS for Atari's images and others of 36 x 36 or more, MEMORY_DEFAULTS with --recurrent, GRID_DEFAULTS
-    for smaller images (MiniGrid's), ENV_DEFAULTS for MiniGrid-RedBlueDoors-6x6-v0 (Capabilities part). The defaults
-    below came from a benchmarks/tune.py study; CleanRL's ppo.py settings: --learning-rate 2.5e-4 --num-envs 4
-    --gae-lambda 0.95 --num-minibatches 4 --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5
-    --max-grad-norm 0.5"""
-
+    IMAGE_DEFAULTS for Atari's images and others of 36 x 36 or more, MEMORY_DEFAULTS with --recurrent, GRID_DEFAULTS for
+    smaller images (MiniGrid's), ENV_DEFAULTS for MiniGrid-RedBlueDoors-6x6-v0 (Capabilities part). The defaults below
+    came from a benchmarks/tune.py study; CleanRL's ppo.py settings: --learning-rate 2.5e-4 --num-envs 4 --gae-lambda
+    0.95 --num-minibatches 4 --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5"""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -159,6 +158,23 @@ class Args:
     eval_sample: bool = False
     """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically
     (on for images, IMAGE_DEFAULTS: a deterministic Atari or CarRacing policy can repeat one failing play)"""
+
+
+def check_settings(args):
+    """What the algorithm cannot train with, a message each (run safety checks the run's own settings, says these)."""
+    batch, minibatches, kl = args.num_envs * args.num_steps, max(args.num_minibatches, 1), args.target_kl
+    return [message for ok, message in [
+        *[(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}") for name
+          in ("num_minibatches", "update_epochs", "hidden_size", "learning_rate", "clip_coef", "max_grad_norm")],
+        (batch % minibatches == 0 and batch // minibatches >= 2, f"the batch (num_envs x num_steps = {batch}) must "
+         f"divide into --num-minibatches {minibatches} of 2 rows or more (advantages are normalized per minibatch)"),
+        (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0, "--gamma and --gae-lambda must lie in [0, 1]"),
+        (args.vf_coef >= 0, "--vf-coef must not be negative"),
+        (args.sequence_length >= 0 and args.num_steps % (args.sequence_length or 1) == 0,
+         f"--sequence-length {args.sequence_length} must divide --num-steps {args.num_steps} (0: whole rollouts)"),
+        (kl is None or kl > 0, f"--target-kl must be positive (or left out), got {kl}"),
+        (args.hidden_size <= 8192, f"--hidden-size {args.hidden_size} would not fit in memory: at most 8192"),
+    ] if not ok]
 
 
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None, frames=4):
@@ -256,25 +272,24 @@ class Agent(nn.Module):
             return hidden, state
         return replay(self.memory, hidden.view(*x.shape[:2], -1), state, keep)  # (Capabilities)
 
-    def log_probs(self, logits, mask=None):
-        """log pi(.|x) from the actor's logits, [N, parts, largest part]: a row a part, masked actions at -1e8."""
+    def log_probs(self, hidden, mask=None):
+        """log pi(.|x) [N, parts, largest part] from the actor's features: a row a part, masked actions at -1e8."""
+        logits = self.actor(hidden)
         if mask is not None:  # invalid-action masking: a masked action has no probability, gradient or entropy
             logits = torch.where(mask, logits, -1e8)
         if len(set(self.parts)) > 1:  # parts of different sizes: a cell past a part's end reads a -1e8 logit
             logits = torch.cat([logits, logits.new_full((len(logits), 1), -1e8)], dim=-1)[:, self.grid]
         return torch.log_softmax(logits.view(len(logits), len(self.parts), -1), dim=-1)  # a categorical per part
 
-    def policy(self, logits, action=None, mask=None):
-        """The policy at the actor's logits: an action (sampled unless given; an index into each part), its
-        log-probability and the entropy, summed over the parts (MultiDiscrete detail: a categorical per part)."""
-        log_probs = self.log_probs(logits, mask)
+    def policy(self, hidden, action=None, mask=None, deterministic=False):
+        """The policy at the actor's features: an action (sampled unless given, or the likeliest; an index into each
+        part), its log-probability and the entropy, summed over the parts (MultiDiscrete detail: a categorical each)."""
+        log_probs = self.log_probs(hidden, mask)
         if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p (cheaper than multinomial)
-            action = (log_probs - torch.empty_like(log_probs).exponential_().log()).argmax(dim=-1)
+            noise = 0.0 if deterministic else torch.empty_like(log_probs).exponential_().log()  # evaluation: none
+            action = (log_probs - noise).argmax(dim=-1)
         logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).sum((-2, -1))  # summed over the parts
         return action, logprob, -(log_probs.exp() * log_probs).sum((-2, -1))
-
-    def act_deterministic(self, logits, mask=None):  # for evaluation: the most probable value of each part
-        return self.log_probs(logits, mask).argmax(dim=-1)
 
 
 def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
@@ -301,8 +316,7 @@ def real_transitions(valid, **rollout):
 def ppo_loss(agent, hidden, mb, coefs, args):
     """The clipped PPO loss on one minibatch of real transitions (their features `hidden`; `mb`: the batch's rows),
     and its statistics. coefs: this iteration's coefficients (see train())."""
-    logits = agent.actor(hidden)
-    _, new_logprob, entropy = agent.policy(logits, mb["actions"], mb.get("masks"))  # each under its step's mask
+    _, new_logprob, entropy = agent.policy(hidden, mb["actions"], mb.get("masks"))  # each under its step's mask
     new_value = agent.critic(hidden).view(-1)
     logratio = new_logprob - mb["logprobs"]
     ratio = logratio.exp()
@@ -334,8 +348,11 @@ def ppo_loss(agent, hidden, mb, coefs, args):
     return loss, stats
 
 
-def learning_rate(args, progress):  # detail 4: annealed linearly; progress: (iteration - 1) / num_iterations
-    return (1.0 - progress) * args.learning_rate if args.anneal_lr else args.learning_rate
+def coefficients(args, iteration, num_iterations):
+    """What changes per iteration (logged as charts/<name>); a schedule of yours: "ent_coef": args.ent_coef * ..."""
+    progress = (iteration - 1.0) / num_iterations  # of the run: 0 at its start
+    lr = (1.0 - progress) * args.learning_rate if args.anneal_lr else args.learning_rate  # detail 4: annealed linearly
+    return {"learning_rate": lr, "clip_coef": args.clip_coef, "ent_coef": args.ent_coef, "vf_coef": args.vf_coef}
 
 
 def train(args, checkpoint=None):
@@ -369,15 +386,11 @@ def train(args, checkpoint=None):
         next_reset = np.zeros(args.num_envs, dtype=np.float32)  # the engine reset no sub-env before the first step
         masked = args.action_mask and "action_mask" in infos  # (Capabilities) the env's invalid-action masks
         next_mask = action_mask(infos, sum(agent.parts), next_reset)
-        state = agent.initial_state(args.num_envs)  # memory's state (--recurrent), carried from step to step
+        memory_state = agent.initial_state(args.num_envs)  # the memory's (--recurrent), carried from step to step
         for iteration in range(start_iteration, num_iterations + 1):
-            # What changes per iteration, each logged as charts/<name>: the learning rate and the loss's coefficients.
-            # A schedule of your own is one entry here, e.g. "ent_coef": args.ent_coef * (1.0 - progress).
-            progress = (iteration - 1.0) / num_iterations  # of the run: 0 at its start
-            coefs = {"learning_rate": learning_rate(args, progress), "clip_coef": args.clip_coef,
-                     "ent_coef": args.ent_coef, "vf_coef": args.vf_coef}
+            coefs = coefficients(args, iteration, num_iterations)  # detail 4: the learning rate annealed linearly
             optimizer.param_groups[0]["lr"] = coefs["learning_rate"]
-            start_state = state  # where the update replays each sub-env's sequence from
+            start_memory_state = memory_state  # where the update replays each sub-env's sequence from
 
             # Rollout: num_steps steps in every sub-environment with the current policy.
             for step in range(args.num_steps):
@@ -390,9 +403,10 @@ def train(args, checkpoint=None):
                 with torch.no_grad():
                     mask = torch.from_numpy(masks[step]).to(device) if masked else None
                     # the state is zeroed after an autoreset row, which read the final observation of an episode
-                    hidden, state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device), state,
-                                                   torch.from_numpy(valid[step: step + 1]).to(device))
-                    action, logprob, _ = agent.policy(agent.actor(hidden), mask=mask)
+                    hidden, memory_state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device),
+                                                          memory_state,
+                                                          torch.from_numpy(valid[step: step + 1]).to(device))
+                    action, logprob, _ = agent.policy(hidden, mask=mask)
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = logprob.cpu().numpy()
 
@@ -414,9 +428,11 @@ def train(args, checkpoint=None):
             values = torch.zeros((args.num_steps, args.num_envs), device=device)
             with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
                 for group in torch.arange(args.num_envs).tensor_split(min(args.num_minibatches, args.num_envs)):
-                    hidden, _ = agent.remember(rollout_obs[:, group], start_state[group], rollout_valid[:, group])
+                    hidden, _ = agent.remember(rollout_obs[:, group], start_memory_state[group],
+                                               rollout_valid[:, group])
                     values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
-                hidden, _ = agent.remember(torch.from_numpy(next_obs[None].astype(obs.dtype)).to(device), state)
+                last_obs = torch.from_numpy(next_obs[None].astype(obs.dtype)).to(device)
+                hidden, _ = agent.remember(last_obs, memory_state)
                 next_value = agent.critic(hidden).view(1, -1)
             next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
@@ -437,7 +453,7 @@ def train(args, checkpoint=None):
                     order = torch.randperm(len(b_obs), device=device)
                     minibatches = ((mb, agent.encode(b_obs[mb])) for mb in order.tensor_split(num_minibatches))
                 else:  # (Capabilities) sequences in time, each replayed from its first state
-                    minibatches = sequence_minibatches(agent, rollout_obs, start_state, rollout_valid,
+                    minibatches = sequence_minibatches(agent, rollout_obs, start_memory_state, rollout_valid,
                                                        num_minibatches, args.sequence_length)
                 for mb, hidden in minibatches:  # hidden: the minibatch's features (an image's CNN runs once)
                     loss, stats = ppo_loss(agent, hidden, {name: x[mb] for name, x in batch.items()}, coefs, args)
@@ -451,15 +467,16 @@ def train(args, checkpoint=None):
                 if args.target_kl is not None and stats["approx_kl"] > args.target_kl:
                     break
 
-            # Logging: each statistic of the loss averaged over the update's minibatches, as losses/<name>; coefs too.
+            # Logging: the loss's statistics averaged over the update, as losses/<name>; `charts` as charts/<name>
             losses = {name: torch.stack([s[name] for s in update_stats]).mean().item() for name in stats}
             var_y, residual = batch["returns"].var().item(), (batch["returns"] - batch["values"]).var().item()
             losses["explained_variance"] = 1 - residual / var_y if var_y else np.nan
-            run.end_iteration(iteration, global_step, coefs, losses)
+            charts = dict(coefs)
+            run.end_iteration(iteration, global_step, charts, losses)
     return run.checkpoint_path
 
 
-# ==================== Capabilities: images and Atari, Dict observations, multi-part actions and masks, memory ========
+# ==================== Capabilities: images and Atari, Dict observations, multi-part actions and masks, memory, video =
 
 # The defaults tables: flags not given follow the env (env_defaults, applied before the arguments are checked).
 IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
@@ -811,14 +828,45 @@ class RewardScaler:
         return np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -10.0, 10.0)
 
 
+class StreamedVideo(gym.wrappers.RecordVideo):
+    """gymnasium's RecordVideo (1.4.0), but each frame goes to the file as it is rendered: RecordVideo holds an
+    episode's frames in memory until it ends (a 27,000-step Atari game filmed in color: about 10.9 GB)."""
+
+    writer = None  # moviepy's, as in RecordVideo; opened at an episode's first frame, which gives the size
+
+    def _capture_frame(self):
+        frame = self.env.render()
+        if self.writer is None:
+            from moviepy.video.io.ffmpeg_writer import FFMPEG_VideoWriter
+            path = os.path.join(self.video_folder, f"{self._video_name}.mp4")
+            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the encoder inherits the mask: a Ctrl-C
+            try:  # to the terminal's process group is the run's to act on; the encoder ends when its input does
+                self.writer = FFMPEG_VideoWriter(path, (frame.shape[1], frame.shape[0]), self.frames_per_sec)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        self.writer.write_frame(frame)
+
+    def stop_recording(self):
+        if self.writer is not None:  # None if the env's render() failed on the episode's first frame
+            self.writer.close()
+        self.writer = None
+        self.recording = False
+
+
 # ==================== Run safety: nothing below changes what PPO computes ====================
+# The contract: a change to the core never needs an edit here. Run safety names only the run's own settings (env, seed,
+# steps and batch shape, checkpoints, evaluation, logging, device). A new Args field is checked finite (its own checks:
+# check_settings), logged and checkpointed; each entry of train()'s `state` is checkpointed and restored, of `charts`
+# logged as charts/<name>, of the loss's statistics as losses/<name>. Resuming a checkpoint of an edited copy: a setting
+# gone is dropped, a new one takes its flag or default, a new `state` entry starts fresh, each said in one line.
 
 SCRIPT = os.path.basename(__file__)  # recorded in every checkpoint: a copy of this file is a script of its own
 # Ctrl-C, kill, a closed terminal, Ctrl-\, a scheduler's warning or CPU limit: each finishes the iteration and saves
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
                 signal.SIGXCPU)
 # A checkpoint holds one state_dict per entry of train()'s `state`, and these fields; nothing else is read from it.
-CHECKPOINT_SCHEMA = {"global_step": int, "iteration": int, "args": dict, "run_name": str, "rng_state": torch.Tensor}
+CHECKPOINT_SCHEMA = {"global_step": int, "iteration": int, "args": dict, "run_name": str, "rng_state": torch.Tensor,
+                     "model": dict}
 
 
 def fail(message):
@@ -853,28 +901,18 @@ def check_args(args, observations=None):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     if observations is None:  # the env's own problems are named before any complaint about sizes
         observations = check_env(args, env_kwargs_of(args))
-    for name in ("total_timesteps", "num_envs", "num_steps", "num_minibatches", "update_epochs", "eval_episodes",
-                 "eval_max_steps", "hidden_size", "learning_rate", "clip_coef", "max_grad_norm"):
-        if getattr(args, name) <= 0:
-            fail(f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}")
-    batch, minibatches, kl = args.num_envs * args.num_steps, args.num_minibatches, args.target_kl
+    batch = args.num_envs * args.num_steps
     for ok, message in [
+        *[(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}") for name
+          in ("total_timesteps", "num_envs", "num_steps", "eval_episodes", "eval_max_steps")],
         (0 <= args.seed < 2**63, f"--seed must lie in [0, 2**63), got {args.seed}"),
-        (batch % minibatches == 0, f"the batch (num_envs x num_steps = {batch}) must divide into "
-                                   f"--num-minibatches {minibatches}"),
         (args.total_timesteps >= batch, f"--total-timesteps {args.total_timesteps} is smaller than one batch "
                                         f"({batch} steps)"),
-        (batch // minibatches >= 2, f"minibatches of {batch // minibatches} row cannot be trained on "
-                                    "(advantages are normalized per minibatch): lower --num-minibatches"),
-        (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0, "--gamma and --gae-lambda must lie in [0, 1]"),
-        (min(args.vf_coef, args.checkpoint_interval, args.env_threads) >= 0,
-         "--vf-coef, --checkpoint-interval and --env-threads must not be negative"),
-        (args.sequence_length >= 0 and args.num_steps % (args.sequence_length or 1) == 0,
-         f"--sequence-length {args.sequence_length} must divide --num-steps {args.num_steps} (0: whole rollouts)"),
-        (kl is None or kl > 0, f"--target-kl must be positive (or left out), got {kl}"),
-        (args.hidden_size <= 8192, f"--hidden-size {args.hidden_size} would not fit in memory: at most 8192"),
+        (min(args.checkpoint_interval, args.env_threads) >= 0,
+         "--checkpoint-interval and --env-threads must not be negative"),
         (not args.track or importlib.util.find_spec("wandb"), "--track needs wandb: pip install wandb"),
         (not args.capture_video or importlib.util.find_spec("moviepy"), "--capture-video needs: pip install moviepy"),
+        *[(False, message) for message in check_settings(args)],  # the algorithm's own (core)
     ]:
         if not ok:
             fail(message)
@@ -963,15 +1001,13 @@ def load_checkpoint(path):
     known = {field.name: field.default for field in fields(Args)}
     if not CHECKPOINT_SCHEMA.keys() <= checkpoint.keys() or not isinstance(checkpoint["args"], dict):
         fail(f"{path} is not a checkpoint of {SCRIPT} (expected keys: {', '.join(sorted(CHECKPOINT_SCHEMA))})")
-    if unknown := set(checkpoint["args"]) - set(known):
-        fail(f"{path} is not a checkpoint of {SCRIPT} (unknown settings: {', '.join(sorted(map(str, unknown)))})")
     # damaged: fields, state_dicts (the other entries) or settings of the wrong type (an int may stand for a float)
     wrong = [key for key, kind in CHECKPOINT_SCHEMA.items() if not isinstance(checkpoint[key], kind)
              or type(checkpoint[key]) is bool or (kind is torch.Tensor and checkpoint[key].dtype != torch.uint8)]
     wrong += [key for key, value in checkpoint.items() if key not in CHECKPOINT_SCHEMA and not isinstance(value, dict)
               and key not in ("script", "cuda_rng_state")]
-    wrong += [name for name, value in checkpoint["args"].items() if known[name] is not None and type(value) is not
-              type(known[name]) and not (type(known[name]) is float and type(value) is int)]
+    wrong += [name for name, value in checkpoint["args"].items() if name in known and known[name] is not None and
+              type(value) is not type(known[name]) and not (type(known[name]) is float and type(value) is int)]
     if wrong:
         fail(f"{path} is damaged: wrong type of {', '.join(wrong)}")
     steps = checkpoint["iteration"] * checkpoint["args"].get("num_envs", 0) * checkpoint["args"].get("num_steps", 0)
@@ -986,8 +1022,9 @@ def load_checkpoint(path):
 def restore(checkpoint, state, env_id):
     """Each object of `state` from its entry in the checkpoint: one line if an entry is missing or does not fit."""
     for name, obj in state.items():
-        if name == "return_rms" and name not in checkpoint and not checkpoint["args"].get("norm_reward"):
-            continue  # every checkpoint saves it now; an older one of a run without --norm-reward has none: fresh
+        if name not in checkpoint:  # new in this file, or not in an older checkpoint: fresh
+            print(f"note: the checkpoint has no {name}: it starts fresh")
+            continue
         try:
             shapes = {key: value.shape for key, value in obj.state_dict().items() if torch.is_tensor(value)}
             obj.load_state_dict(checkpoint[name])
@@ -1009,9 +1046,15 @@ def parse_args():
     if args.resume or args.eval_checkpoint:
         checkpoint = load_checkpoint(args.eval_checkpoint or args.resume)
         evaluation = {"capture_video": False} if args.eval_checkpoint else {}  # not training's
-        saved = {**checkpoint["args"], **evaluation, "resume": args.resume, "eval_checkpoint": args.eval_checkpoint}
+        known = {field.name for field in fields(Args)}  # an edited copy of this file may have renamed or added some
+        for name in sorted(set(checkpoint["args"]) - known):
+            print(f"note: the checkpoint's setting {name} = {checkpoint['args'][name]!r} is not in {SCRIPT}: dropped")
+        saved = {name: value for name, value in checkpoint["args"].items() if name in known}
+        saved.update(evaluation, resume=args.resume, eval_checkpoint=args.eval_checkpoint)
         command_line_env = args.env_id
         args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
+        for name in sorted(known - set(saved)):  # new in this file (or in this script since the checkpoint)
+            print(f"note: the checkpoint has no setting {name}: {getattr(args, name)!r} applies")
         if ":" in args.env_id and args.env_id != command_line_env:  # gym.make would import the module before the colon
             fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
     observations = check_env(args, env_kwargs_of(args))  # the env first: what it gives may change the defaults
@@ -1076,31 +1119,6 @@ class CheckedEnvs(gym.vector.VectorWrapper):
                 raise EnvError(f"gave an action mask with no valid action{where}")
 
 
-class StreamedVideo(gym.wrappers.RecordVideo):
-    """gymnasium's RecordVideo (1.4.0), but each frame goes to the file as it is rendered: RecordVideo holds an
-    episode's frames in memory until it ends (a 27,000-step Atari game filmed in color: about 10.9 GB)."""
-
-    writer = None  # moviepy's, as in RecordVideo; opened at an episode's first frame, which gives the size
-
-    def _capture_frame(self):
-        frame = self.env.render()
-        if self.writer is None:
-            from moviepy.video.io.ffmpeg_writer import FFMPEG_VideoWriter
-            path = os.path.join(self.video_folder, f"{self._video_name}.mp4")
-            blocked = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)  # the encoder inherits the mask: a Ctrl-C
-            try:  # to the terminal's process group is the run's to act on; the encoder ends when its input does
-                self.writer = FFMPEG_VideoWriter(path, (frame.shape[1], frame.shape[0]), self.frames_per_sec)
-            finally:
-                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-        self.writer.write_frame(frame)
-
-    def stop_recording(self):
-        if self.writer is not None:  # None if the env's render() failed on the episode's first frame
-            self.writer.close()
-        self.writer = None
-        self.recording = False
-
-
 class Run:
     """One start of a run: its folder (locked), TensorBoard, progress, checkpoints, signals, the fault rule."""
 
@@ -1118,9 +1136,12 @@ class Run:
         if args.total_timesteps not in (self.total_timesteps, Args.total_timesteps, IMAGE_DEFAULTS["total_timesteps"]):
             print(f"note: --total-timesteps {args.total_timesteps:,} is rounded down to whole batches of {batch:,}: "
                   f"{self.total_timesteps:,} steps")  # a number given (not a default), cut to batches
-        if checkpoint and args.anneal_lr and self.total_timesteps > saved["total_timesteps"] // batch * batch:
-            print(f"extending the run to {self.total_timesteps:,} steps: the learning rate follows that longer run's "
-                  f"schedule, {learning_rate(args, (start_iteration - 1.0) / num_iterations):.3g} from here")
+        if checkpoint and self.total_timesteps > saved["total_timesteps"] // batch * batch:  # the longer run's schedule
+            now = coefficients(args, start_iteration, num_iterations)  # as train() computes it
+            before = coefficients(args, start_iteration, saved["total_timesteps"] // batch)
+            if changed := [f"{name} {value:.3g}" for name, value in now.items() if value != before[name]]:
+                print(f"extending the run to {self.total_timesteps:,} steps: its schedule follows that longer run's, "
+                      f"from here {', '.join(changed)}")
         self.name, self.dir, self.lock = open_run_folder(args, checkpoint)
         self.checkpoint_path, self.finished = os.path.join(self.dir, "checkpoint.pt"), False  # finished: see save()
         if checkpoint and os.path.exists(self.checkpoint_path):  # read again under the lock: another process may have
@@ -1129,12 +1150,13 @@ class Run:
                 fail(f"{self.checkpoint_path} is at step {newer}, not at the step {self.global_step} of {args.resume}: "
                      f"resume {self.checkpoint_path}, or give {args.resume} a folder of its own")
         self.last_complete, self.recent_returns, self.stop_signal, self.last_print = None, deque(maxlen=20), [], 0.0
+        self.training = False  # until guard(): a stop ends the start (on_signal)
+        self.handlers = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}  # guard() restores them
 
     @contextlib.contextmanager
     def guard(self, envs, state):
         """Restores `state` on resume, opens TensorBoard and catches signals; on any fault applies the rule."""
-        args, self.state, excepthook = self.args, state, threading.excepthook
-        handlers = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}
+        args, self.state, excepthook, self.training = self.args, state, threading.excepthook, True
         # TensorBoard writes from a thread of its own: its failed write is said once, in one line, by fail_with
         threading.excepthook = lambda hook: (type(hook.thread).__module__.startswith("tensorboard.")
                                              and isinstance(hook.exc_value, OSError)) or excepthook(hook)
@@ -1162,7 +1184,7 @@ class Run:
             self.fail_with(e)
         finally:
             threading.excepthook = excepthook
-            for sig, handler in handlers.items():  # as a script, a finished run ignores them until the process exits
+            for sig, handler in self.handlers.items():  # as a script, a finished run ignores them until it exits
                 signal.signal(sig, signal.SIG_IGN if self.finished and __name__ == "__main__" else handler)
             with contextlib.suppress(OSError, AttributeError):  # a failed write was reported; or no writer yet
                 self.writer.close()
@@ -1174,9 +1196,14 @@ class Run:
               f"done: {self.global_step:,} steps; checkpoint at {self.checkpoint_path}")  # last: run.py reads it
 
     def on_signal(self, signum, frame):
-        """A first signal: finish the iteration, save, exit. A second one: stop now (an env that hangs), by the rule."""
+        """In training, a first signal: finish the iteration, save, exit; a second one: stop now (an env that hangs),
+        by the rule. Before it, the start ends at once (main() says so) and a new run's folder, empty, goes."""
         self.stop_signal.append(signum)
-        if len(self.stop_signal) > 1 and not self.finished:
+        if not self.training and not self.checkpoint:  # a resumed run's folder stays as it was
+            with contextlib.suppress(OSError):  # empty but for the lock (rmdir leaves a folder with more in it)
+                os.remove(os.path.join(self.dir, "train.lock"))
+                os.rmdir(self.dir)
+        if not self.training or (len(self.stop_signal) > 1 and not self.finished):
             raise KeyboardInterrupt
 
     def fail_with(self, error):
@@ -1204,9 +1231,9 @@ class Run:
             self.writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
             self.writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
 
-    def end_iteration(self, iteration, global_step, coefs, losses):
+    def end_iteration(self, iteration, global_step, charts, losses):
         """Keep this iteration's state, log, show progress, and checkpoint when it is time (or a signal came)."""
-        scalars = {**{f"charts/{name}": value for name, value in coefs.items()},
+        scalars = {**{f"charts/{name}": value for name, value in charts.items()},
                    **{f"losses/{name}": value for name, value in losses.items()}}
         self.global_step, final, args = global_step, iteration == self.num_iterations, self.args
         self.last_complete = {name: copy.deepcopy(obj.state_dict()) for name, obj in self.state.items()}
@@ -1298,17 +1325,15 @@ def evaluate(args, checkpoint):
     restore(checkpoint, {"model": agent}, args.env_id)
     episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, infos = envs.reset(seed=args.seed)
-    state = agent.initial_state(1)  # memory's state, carried through each episode
+    memory_state = agent.initial_state(1)  # the memory's, carried through each episode
     while len(episodic_returns) < args.eval_episodes:
         obs = torch.from_numpy(next_obs[None].astype(buffer_dtype(envs.single_observation_space)))  # as in training
-        given = args.action_mask and "action_mask" in infos
+        given = envs.use_masks and "action_mask" in infos  # as training uses them
         mask = torch.from_numpy(action_mask(infos, sum(agent.parts), np.zeros(1))) if given else None
         with torch.no_grad():
-            hidden, state = agent.remember(obs, state)
-            logits = agent.actor(hidden)
-            action = agent.policy(logits, mask=mask)[0] if args.eval_sample else agent.act_deterministic(logits, mask)
-        action = env_actions(envs, action.numpy())
-        next_obs, reward, terminated, truncated, infos = envs.step(action)
+            hidden, memory_state = agent.remember(obs, memory_state)
+            action = agent.policy(hidden, mask=mask, deterministic=not args.eval_sample)[0]
+        next_obs, reward, terminated, truncated, infos = envs.step(env_actions(envs, action.numpy()))
         episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
         if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
             episodic_returns.append(episode_return)
@@ -1319,7 +1344,7 @@ def evaluate(args, checkpoint):
             episode_return, episode_length = 0.0, 0
             if len(episodic_returns) < args.eval_episodes:  # the next episode starts at once, whatever the autoreset
                 next_obs, infos = envs.reset()
-                state = agent.initial_state(1)
+                memory_state = agent.initial_state(1)
     envs.close()
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over "
           f"{args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "
@@ -1328,8 +1353,9 @@ def evaluate(args, checkpoint):
 
 
 def main():
-    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # imports done: Ctrl-C raises KeyboardInterrupt, which
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # CheckedEnvs never takes for the env's own fault
+    for sig in STOP_SIGNALS:  # imports done: until training, a stop raises KeyboardInterrupt (never the env's fault)
+        if __name__ == "__main__" and signal.getsignal(sig) is not signal.SIG_IGN:  # (a test's process keeps its own)
+            signal.signal(sig, signal.default_int_handler)
     try:
         args, checkpoint = parse_args()
         evaluate(args, checkpoint) if args.eval_checkpoint else train(args, checkpoint)

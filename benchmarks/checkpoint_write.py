@@ -23,7 +23,7 @@ def main(repeats=40):
     agent = ppo.Agent(envs, ppo.Args())
     optimizer = torch.optim.Adam(agent.parameters(), lr=3e-4, eps=1e-5)
     obs = torch.randn(8, envs.single_observation_space.shape[0])
-    (agent.critic(obs).sum() + agent.policy(agent.actor(obs))[1].sum()).backward()
+    (agent.critic(obs).sum() + agent.policy(obs)[1].sum()).backward()
     optimizer.step()  # Adam's moments exist, as in a real checkpoint
     state = {"model": agent.state_dict(), "optimizer": optimizer.state_dict(), "global_step": 1, "iteration": 1,
              "obs_rms": ppo.RunningMeanStd(shape=envs.single_observation_space.shape).state_dict(),

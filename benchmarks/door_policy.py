@@ -45,7 +45,7 @@ if __name__ == "__main__":
             hidden, _ = agent.remember(torch.from_numpy(next_obs[None].astype(dtype)), agent.initial_state(1))
             logits = agent.actor(hidden)
             probs = torch.softmax(logits.reshape(-1), 0).numpy()
-            action = agent.policy(logits)[0]
+            action = agent.policy(hidden)[0]
         front = grid_env.grid.get(*grid_env.front_pos)
         if front is not None and front.type == "door":
             red = "open" if grid_env.red_door.is_open else "closed"

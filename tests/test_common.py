@@ -224,8 +224,8 @@ def test_an_extension_says_the_learning_rate_it_starts_at_and_a_plain_resume_say
     checkpoint = ppo.load_checkpoint(first)
     ppo.train(ppo.Args(**{**checkpoint["args"], "total_timesteps": 4096, "resume": first}), checkpoint)
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("extending")]
-    rate = float(re.fullmatch(r"extending the run to 4,096 steps: the learning rate follows that longer run's "
-                              r"schedule, (\S+) from here", line).group(1))
+    rate = float(re.fullmatch(r"extending the run to 4,096 steps: its schedule follows that longer run's, from here "
+                              r"learning_rate (\S+)", line).group(1))  # the entries of coefficients() it changes
     learning_rates = dict(scalars(os.path.dirname(first))["charts/learning_rate"])
     assert learning_rates[2048] == pytest.approx(0.25 * checkpoint["args"]["learning_rate"])  # 4th of 4 iterations
     assert rate == pytest.approx(learning_rates[2560], rel=1e-3) == 0.5 * checkpoint["args"]["learning_rate"]

@@ -182,7 +182,7 @@ def update_spy(ppo, monkeypatch, first_minibatches):
         masks = () if ppo is ppo_continuous else (mb.get("masks"),)  # the categorical scripts' policy takes masks
         if count[0] % 4 == 0:  # 2 minibatches, 2 epochs
             with torch.no_grad():
-                logprob = agent.policy(agent.actor(hidden), mb["actions"], *masks)[1]
+                logprob = agent.policy(hidden, mb["actions"], *masks)[1]
                 first_minibatches.append((logprob, mb["logprobs"], agent.critic(hidden).view(-1), mb["values"]))
         count[0] += 1
         return real_loss(agent, hidden, mb, *rest)

@@ -25,7 +25,7 @@ def test_log_probability_and_entropy_are_those_of_a_diagonal_normal():
     with torch.no_grad():
         agent.actor_logstd.copy_(torch.tensor([[-0.5, 0.0, 0.7]]))
         x = torch.randn(1000, 5)
-        action, logprob, entropy = agent.policy(agent.actor(agent.encode(x)))
+        action, logprob, entropy = agent.policy(agent.encode(x))
     reference = torch.distributions.Normal(agent.actor(x).detach(), agent.actor_logstd.exp().detach())
     torch.testing.assert_close(logprob, reference.log_prob(action).sum(-1))
     torch.testing.assert_close(entropy, reference.entropy().sum(-1))
@@ -46,7 +46,7 @@ def test_env_gets_clipped_actions_while_the_buffer_keeps_the_sampled_ones(in_tmp
         if "logprob" not in captured:  # first minibatch: the agent is still the one that collected the rollout
             valid, obs, actions, _ = captured["rollout"]
             with torch.no_grad():
-                captured["logprob"] = agent.policy(agent.actor(torch.from_numpy(obs)), torch.from_numpy(actions))[1].numpy()
+                captured["logprob"] = agent.policy(torch.from_numpy(obs), torch.from_numpy(actions))[1].numpy()
         return ppo_loss(agent, *rest)
 
     monkeypatch.setattr(ppo, "real_transitions", spy_transitions)
@@ -86,10 +86,10 @@ def test_observation_statistics_are_shared_saved_restored_and_frozen(in_tmp, mon
     used = []
     normalize_obs = ppo.normalize_obs
 
-    def spy(obs, obs_rms, enabled, update, floats=None):
+    def spy(obs, obs_rms, args, update, floats=None):
         assert not update, "evaluation must not change the statistics"
         used.append(obs_rms.mean.copy())
-        return normalize_obs(obs, obs_rms, enabled, update, floats)
+        return normalize_obs(obs, obs_rms, args, update, floats)
 
     monkeypatch.setattr(ppo, "normalize_obs", spy)
     final = ppo.load_checkpoint(resumed)

@@ -24,7 +24,7 @@ def test_sampled_actions_follow_the_policy_and_report_their_log_probability():
     agent = ppo.Agent(spaces, ppo.Args())
     with torch.no_grad():
         agent.actor[-1].bias.copy_(torch.tensor([0.0, 1.0, -1.0, 2.0]))  # the output weights are near 0: logits ~ bias
-        action, logprob, entropy = agent.policy(agent.actor(torch.zeros(50000, 3)))
+        action, logprob, entropy = agent.policy(torch.zeros(50000, 3))
     probs = torch.softmax(torch.tensor([0.0, 1.0, -1.0, 2.0]), dim=0)
     assert action.shape == (50000, 1)  # one part: the index into Discrete(4)
     action = action[:, 0]

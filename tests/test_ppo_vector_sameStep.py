@@ -49,8 +49,8 @@ def test_truncated_episodes_bootstrap_from_the_normalized_final_observation(in_t
     normalized_final = []
     normalize_obs = ppo.normalize_obs
 
-    def spy_normalize(obs, obs_rms, enabled, update, floats=None):
-        result = normalize_obs(obs, obs_rms, enabled, update, floats)
+    def spy_normalize(obs, obs_rms, args, update, floats=None):
+        result = normalize_obs(obs, obs_rms, args, update, floats)
         if (obs == 20).any():
             assert not update, "a final observation must not be counted twice in the statistics"
             normalized_final.extend(result[obs[:, 0] == 20, 0].tolist())

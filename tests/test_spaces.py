@@ -58,14 +58,14 @@ def test_log_probability_and_entropy_are_those_of_the_product_of_categoricals_un
         joint = torch.tensor(list(itertools.product(*[range(n) for n in parts])))  # every action, as part indices
         expected = torch.stack([torch.stack([p[:, i] for p, i in zip(probs, choice)]).prod(0) for choice in joint], 1)
         for row in range(6):
-            _, logprob, entropy = agent.policy(agent.actor(x[row].expand(len(joint), 3)), joint,
+            _, logprob, entropy = agent.policy(x[row].expand(len(joint), 3), joint,
                                                mask=None if mask is None else mask[row].expand(len(joint), -1))
             possible = expected[row] > 0
             torch.testing.assert_close(logprob[possible].exp(), expected[row][possible], rtol=1e-5, atol=1e-7)
             assert torch.all(logprob[~possible] < -1e7)  # an action with a masked part has no probability
             brute_entropy = -(expected[row][possible] * expected[row][possible].log()).sum()
             torch.testing.assert_close(entropy[0], brute_entropy, rtol=1e-5, atol=1e-6)
-        sampled = agent.policy(agent.actor(x), mask=mask)[0]
+        sampled = agent.policy(x, mask=mask)[0]
         assert sampled.shape == (6, len(parts))
         actions = ppo.env_actions(SimpleNamespace(single_action_space=space), sampled.numpy())
         assert all(space.contains(action) for action in actions)  # start offsets and shapes as the env takes them
@@ -75,6 +75,7 @@ def test_log_probability_and_entropy_are_those_of_the_product_of_categoricals_un
 @pytest.mark.parametrize("ppo", CATEGORICAL, ids=lambda module: module.__name__)
 def test_a_masked_value_is_never_sampled_or_chosen_and_carries_no_gradient(ppo, space):
     agent, generator = agent_for(ppo, space), torch.Generator().manual_seed(2)
+    agent.actor = torch.nn.Identity()  # the policy's features are the logits themselves
     parts = np.array(ppo.action_parts(space))
     logits = (3 * torch.randn(4, int(parts.sum()), generator=generator)).requires_grad_()
     mask = random_mask(parts, 4, generator)
@@ -85,7 +86,7 @@ def test_a_masked_value_is_never_sampled_or_chosen_and_carries_no_gradient(ppo, 
     chosen[torch.arange(4 * many)[:, None], action + torch.from_numpy(starts)] = True
     assert not (chosen & ~mask.repeat(many, 1)).any()
     assert (chosen.reshape(many, 4, -1).any(0) == mask).all()  # and every valid value is sampled
-    best = agent.act_deterministic(logits, mask)
+    best = agent.policy(logits, mask=mask, deterministic=True)[0]
     assert mask[torch.arange(4)[:, None], best + torch.from_numpy(starts)].all()
     _, logprob, entropy = agent.policy(logits, action[:4], mask)
     (gradient,) = torch.autograd.grad((logprob + entropy).sum(), logits)
