@@ -178,6 +178,7 @@ def check_settings(args):
 
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None):
     def thunk():
+        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # pygame (an env rendering) needs it set
         if capture_video and idx == 0:
             env = gym.make(env_id, render_mode="rgb_array", **env_kwargs)
             # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
@@ -191,8 +192,6 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
 def make_envs(args, num_envs, video_folder, seed, film_first=None):
     if args.capture_video and not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")  # render MuJoCo without a display
-    if args.capture_video:
-        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # else pygame says XDG_RUNTIME_DIR is invalid
     # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP, as EnvPool's
     if args.env_backend == "envpool":
         envs = envpool_envs(args, num_envs, seed)  # (Capabilities) EnvPool's C++ threads step the sub-envs
@@ -516,11 +515,17 @@ def gae_lambda_for(action_space, given):
     return given if given is not None else min(0.95, max(0.8, 1.0 - int(np.prod(action_space.shape)) / 80))
 
 
+def registered_id(env_id):
+    """gymnasium's id of an env, without the module typed before a colon to import it (minigrid:MiniGrid-Empty-5x5-v0,
+    ale_py:ALE/Pong-v5): the key of every defaults table, and what tells an Atari game ("ALE/")."""
+    return env_id.split(":")[-1]
+
+
 def env_defaults(args, observations):
     """Flags not given follow the env: an env id of ENV_DEFAULTS takes its settings (EnvPool's DMC tasks those of
     "dm_control"), images that a Nature CNN reads (36 x 36 or more) IMAGE_DEFAULTS."""
     entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
-    family = "dm_control" if dmc_task(args) else args.env_id
+    family = "dm_control" if dmc_task(args) else registered_id(args.env_id)
     if family in ENV_DEFAULTS:
         return defaults_from(f"ENV_DEFAULTS[{family!r}]", ENV_DEFAULTS[family])
     if any(nature_sized(entry) for entry in entries):
@@ -697,13 +702,16 @@ def replay(memory, hidden, state, keep=None):
     at once as one packed batch (a loop over rows is much slower). Returns [T * N, units] and the state after them."""
     steps, n = hidden.shape[:2]
     keep = torch.ones(steps, n, device=hidden.device) if keep is None else keep
+    lstm = isinstance(memory, nn.LSTM)  # its state: h and c side by side
+    if steps == 1:  # a rollout step or evaluation: one row a sub-env, from its state (the packing costs more)
+        out, final = memory(hidden, state[None].chunk(2, dim=2) if lstm else state[None])
+        return out[0], (torch.cat(final, dim=2) if lstm else final)[0] * keep[-1].unsqueeze(1)
     starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
     sequence = starts.cumsum(0).long() - 1  # each row's episode
     lengths = torch.bincount(sequence).cpu()
     rows = hidden.transpose(0, 1).flatten(0, 1).split(lengths.tolist())
     initial = hidden.new_zeros(1, len(lengths), state.shape[1])
     initial[0, sequence[::steps]] = state  # a sub-env's first episode goes on from its state, the others from 0
-    lstm = isinstance(memory, nn.LSTM)  # its state: h and c side by side
     out, final = memory(nn.utils.rnn.pack_sequence(rows, enforce_sorted=False),
                         initial.chunk(2, dim=2) if lstm else initial)
     out = torch.cat(nn.utils.rnn.unpad_sequence(nn.utils.rnn.pad_packed_sequence(out)[0], lengths))

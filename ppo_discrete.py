@@ -179,8 +179,9 @@ def check_settings(args):
 
 def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None, frames=4):
     def thunk():
+        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # pygame (an env rendering) needs it set
         kwargs = {"render_mode": "rgb_array", **env_kwargs} if capture_video and idx == 0 else env_kwargs
-        ale = env_id.startswith("ALE/")  # ale-py's Atari games (pip install ale-py), registered when imported
+        ale = registered_id(env_id).startswith("ALE/")  # ale-py's Atari games, registered when imported
         if ale:
             gym.register_envs(importlib.import_module("ale_py"))
             kwargs = {"frameskip": 1, **kwargs}  # the preprocessing below skips frames (and max-pools)
@@ -199,8 +200,6 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
 
 
 def make_envs(args, num_envs, video_folder, seed, film_first=None, training=True):
-    if args.capture_video:
-        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # else pygame says XDG_RUNTIME_DIR is invalid
     frames = 4 if args.recurrent == "none" else 1  # memory reads Atari one frame at a time (CleanRL's LSTM as well)
     # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP, as EnvPool's
     if args.env_backend == "envpool":
@@ -214,7 +213,8 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None, training=True
     elif not image_shape(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
         envs = gym.wrappers.vector.FlattenObservation(envs)  # Dict, Tuple: one vector, in key order; Discrete: one-hot
     envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns (Atari: each whole game's score)
-    if training and (args.env_id.startswith("ALE/") or "episodic_life" in getattr(envs.unwrapped, "config", {})):
+    atari = registered_id(args.env_id).startswith("ALE/") or "episodic_life" in getattr(envs.unwrapped, "config", {})
+    if training and atari:
         envs = AtariTraining(envs)  # (Capabilities) a lost life ends a training episode; rewards clipped
     return CheckedEnvs(envs, args.action_mask)  # run safety (below): the env's faults and bad numbers get one line
 
@@ -493,6 +493,12 @@ GRID_DEFAULTS = {"ent_coef": 0.01}
 ENV_DEFAULTS = {"MiniGrid-RedBlueDoors-6x6-v0": {"norm_adv": False, "ent_coef": 2.7e-5}}
 
 
+def registered_id(env_id):
+    """gymnasium's id of an env, without the module typed before a colon to import it (minigrid:MiniGrid-Empty-5x5-v0,
+    ale_py:ALE/Pong-v5): the key of every defaults table, and what tells an Atari game ("ALE/")."""
+    return env_id.split(":")[-1]
+
+
 def env_defaults(args, observations):
     """Flags not given follow the env: images that a Nature CNN reads (36 x 36 or more) IMAGE_DEFAULTS; else a memory
     MEMORY_DEFAULTS or a smaller image (a grid) GRID_DEFAULTS, and an env id of ENV_DEFAULTS its entry over them."""
@@ -506,7 +512,7 @@ def env_defaults(args, observations):
     elif any(image_shape(entry) for entry in entries):
         names.append("GRID_DEFAULTS")
         table.update(GRID_DEFAULTS)
-    env_id = args.env_id.split(":")[-1]  # minigrid:MiniGrid-RedBlueDoors-6x6-v0 as typed
+    env_id = registered_id(args.env_id)
     if env_id in ENV_DEFAULTS:
         names.append(f"ENV_DEFAULTS[{env_id!r}]")
         table.update(ENV_DEFAULTS[env_id])
@@ -758,13 +764,16 @@ def replay(memory, hidden, state, keep=None):
     at once as one packed batch (a loop over rows is much slower). Returns [T * N, units] and the state after them."""
     steps, n = hidden.shape[:2]
     keep = torch.ones(steps, n, device=hidden.device) if keep is None else keep
+    lstm = isinstance(memory, nn.LSTM)  # its state: h and c side by side
+    if steps == 1:  # a rollout step or evaluation: one row a sub-env, from its state (the packing costs more)
+        out, final = memory(hidden, state[None].chunk(2, dim=2) if lstm else state[None])
+        return out[0], (torch.cat(final, dim=2) if lstm else final)[0] * keep[-1].unsqueeze(1)
     starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
     sequence = starts.cumsum(0).long() - 1  # each row's episode
     lengths = torch.bincount(sequence).cpu()
     rows = hidden.transpose(0, 1).flatten(0, 1).split(lengths.tolist())
     initial = hidden.new_zeros(1, len(lengths), state.shape[1])
     initial[0, sequence[::steps]] = state  # a sub-env's first episode goes on from its state, the others from 0
-    lstm = isinstance(memory, nn.LSTM)  # its state: h and c side by side
     out, final = memory(nn.utils.rnn.pack_sequence(rows, enforce_sorted=False),
                         initial.chunk(2, dim=2) if lstm else initial)
     out = torch.cat(nn.utils.rnn.unpad_sequence(nn.utils.rnn.pad_packed_sequence(out)[0], lengths))
@@ -928,7 +937,8 @@ def check_env(args, env_kwargs):
         for flag, given in (("--env-kwargs", env_kwargs), ("--capture-video", args.capture_video)):
             if given:
                 fail(f"EnvPool cannot take {flag}: drop it, or use --env-backend gymnasium")
-    if args.env_id.startswith("ALE/") and not (importlib.util.find_spec("ale_py") and importlib.util.find_spec("cv2")):
+    atari = registered_id(args.env_id).startswith("ALE/")
+    if atari and not (importlib.util.find_spec("ale_py") and importlib.util.find_spec("cv2")):
         fail(f"{args.env_id} needs ale-py and OpenCV: pip install ale-py==0.12.1 opencv-python-headless==5.0.0.93")
     try:
         if args.env_backend == "envpool":  # the engine's own spaces: EnvPool has ids that gymnasium does not know
@@ -1108,6 +1118,8 @@ class CheckedEnvs(gym.vector.VectorWrapper):
             source = env.get_wrapper_attr("mask_source") if given else "the info's 'action_mask'"
             print(f"action masks: from {source}{'' if self.use_masks else ', ignored (--no-action-mask)'}")
             self.masks_said = True
+        if not self.use_masks:  # ignored, so not checked either
+            return
         space, parts = self.single_action_space, action_parts(self.single_action_space)
         masks = np.asarray(infos["action_mask"]).reshape(self.num_envs, -1)[infos["_action_mask"] & ~ended]
         if masks.shape[1] != sum(parts):

@@ -104,7 +104,7 @@ class Args:
     vectorization_mode: Literal["async", "sync"] = "async"
     """async: one process per sub-env (AsyncVectorEnv); sync: all in this process (SyncVectorEnv), for debugging"""
     env_timeout: float = 60.0
-    """stop the run when a sub-env has not answered a step within this many seconds"""
+    """stop the run when a sub-env has not answered a reset or a step within this many seconds"""
     total_timesteps: int = 1000000
     """total environment steps of the run (raise it with --resume to extend a run)"""
     learning_rate: float = 3e-4
@@ -186,11 +186,12 @@ def check_settings(args):
     ] if not ok]
 
 
-def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None, frames=4):
+def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=None, frames=4, flat=True):
     def thunk():
+        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # pygame (an env rendering) needs it set
         leave_stops_to_the_main_process()  # run safety (below), in a worker process (async mode)
         kwargs = {"render_mode": "rgb_array", **env_kwargs} if capture_video and idx == 0 else env_kwargs
-        ale = env_id.startswith("ALE/")  # ale-py's Atari games (pip install ale-py), registered when imported
+        ale = registered_id(env_id).startswith("ALE/")  # ale-py's Atari games, registered when imported
         if ale:
             gym.register_envs(importlib.import_module("ale_py"))
             kwargs = {"frameskip": 1, **kwargs}  # the preprocessing below skips frames (and max-pools)
@@ -203,6 +204,8 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
             env = StreamedVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
         if ale:  # Atari details: up to 30 no-op starts, frame skip 4 with max-pooling, 84 x 84 gray, `frames` stacked
             env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=30), frames)
+        if not flat:  # check_env: the space that the env and its own wrappers give, before it is flattened
+            return env
         space = env.observation_space
         vector = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
         if isinstance(space, gym.spaces.Dict) and any(image_shape(entry) for entry in space.values()):
@@ -210,8 +213,7 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
         elif flattens(space) and not image_shape(space) and not vector:  # else check_env says what does not flatten
             # in each sub-env, as gymnasium's vector FlattenObservation refuses SAME_STEP autoreset
             env = gym.wrappers.FlattenObservation(env)  # Dict and Tuple: one vector, in key order; Discrete: one-hot
-        # per sub-env statistics: under SAME_STEP they arrive in infos["final_info"]["episode"] (raw returns)
-        return gym.wrappers.RecordEpisodeStatistics(env)
+        return gym.wrappers.RecordEpisodeStatistics(env)  # per sub-env; SAME_STEP: in infos["final_info"]["episode"]
 
     return thunk
 
@@ -219,15 +221,13 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
 def make_envs(args, num_envs, video_folder, mode, film_first=None, training=True):
     if args.capture_video and not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")  # render MuJoCo without a display
-    if args.capture_video:
-        os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # else pygame says XDG_RUNTIME_DIR is invalid
     frames = 4 if args.recurrent == "none" else 1  # memory reads Atari one frame at a time (CleanRL's LSTM as well)
     env_fns = [make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video, video_folder, film_first,
                         frames) for i in range(num_envs)]
     # detail 1: vectorized architecture, here with SAME_STEP autoreset
     vector_env = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
     envs = vector_env(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
-    if training and args.env_id.startswith("ALE/"):
+    if training and registered_id(args.env_id).startswith("ALE/"):
         envs = AtariTraining(envs)  # (Capabilities) a lost life ends a training episode; rewards clipped
     return CheckedEnvs(envs, args.env_timeout, args.action_mask)  # run safety (below): faults, hangs, bad numbers
 
@@ -576,12 +576,19 @@ def gae_lambda_for(action_space, given):
     return given if given is not None else min(0.95, max(0.8, 1.0 - dims / 80))
 
 
+def registered_id(env_id):
+    """gymnasium's id of an env, without the module typed before a colon to import it (minigrid:MiniGrid-Empty-5x5-v0,
+    ale_py:ALE/Pong-v5): the key of every defaults table, and what tells an Atari game ("ALE/")."""
+    return env_id.split(":")[-1]
+
+
 def env_defaults(args, observations, actions):
     """Flags not given follow the env: an env id of ENV_DEFAULTS takes its settings, images that a Nature CNN reads
     (36 x 36 or more) IMAGE_DEFAULTS, a memory with categorical actions MEMORY_DEFAULTS, as in ppo_discrete.py."""
     entries = observations.values() if isinstance(observations, gym.spaces.Dict) else [observations]
-    if args.env_id in ENV_DEFAULTS:
-        return defaults_from(f"ENV_DEFAULTS[{args.env_id!r}]", ENV_DEFAULTS[args.env_id])
+    env_id = registered_id(args.env_id)
+    if env_id in ENV_DEFAULTS:
+        return defaults_from(f"ENV_DEFAULTS[{env_id!r}]", ENV_DEFAULTS[env_id])
     if any(nature_sized(entry) for entry in entries):
         return defaults_from("IMAGE_DEFAULTS", IMAGE_DEFAULTS)
     if args.recurrent != "none" and not isinstance(actions, gym.spaces.Box):
@@ -817,13 +824,16 @@ def replay(memory, hidden, state, keep=None):
     at once as one packed batch (a loop over rows is much slower). Returns [T * N, units] and the state after them."""
     steps, n = hidden.shape[:2]
     keep = torch.ones(steps, n, device=hidden.device) if keep is None else keep
+    lstm = isinstance(memory, nn.LSTM)  # its state: h and c side by side
+    if steps == 1:  # a rollout step or evaluation: one row a sub-env, from its state (the packing costs more)
+        out, final = memory(hidden, state[None].chunk(2, dim=2) if lstm else state[None])
+        return out[0], (torch.cat(final, dim=2) if lstm else final)[0] * keep[-1].unsqueeze(1)
     starts = torch.cat([torch.ones_like(keep[:1]), 1 - keep[:-1]]).T.flatten()  # sub-env by sub-env
     sequence = starts.cumsum(0).long() - 1  # each row's episode
     lengths = torch.bincount(sequence).cpu()
     rows = hidden.transpose(0, 1).flatten(0, 1).split(lengths.tolist())
     initial = hidden.new_zeros(1, len(lengths), state.shape[1])
     initial[0, sequence[::steps]] = state  # a sub-env's first episode goes on from its state, the others from 0
-    lstm = isinstance(memory, nn.LSTM)  # its state: h and c side by side
     out, final = memory(nn.utils.rnn.pack_sequence(rows, enforce_sorted=False),
                         initial.chunk(2, dim=2) if lstm else initial)
     out = torch.cat(nn.utils.rnn.unpad_sequence(nn.utils.rnn.pad_packed_sequence(out)[0], lengths))
@@ -945,14 +955,15 @@ def check_args(args, observations=None):
 
 def check_env(args, env_kwargs):
     """One env before training: what this script cannot train gets one line before the sub-envs are made."""
-    if args.env_id.startswith("ALE/") and not (importlib.util.find_spec("ale_py") and importlib.util.find_spec("cv2")):
+    atari = registered_id(args.env_id).startswith("ALE/")
+    if atari and not (importlib.util.find_spec("ale_py") and importlib.util.find_spec("cv2")):
         fail(f"{args.env_id} needs ale-py and OpenCV: pip install ale-py==0.12.1 opencv-python-headless==5.0.0.93")
     try:
         rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
-        env = make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None)()
+        env = make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None, flat=False)()
     except Exception as e:  # an unknown id, arguments the env does not take, a simulator or renderer that does not load
         fail(f"cannot make env '{args.env_id}'{make_failure(args, e)}")
-    actions, observations = env.action_space, env.unwrapped.observation_space  # before make_env flattens it
+    actions, observations = env.action_space, env.observation_space  # as the env's own wrappers give them
     with contextlib.suppress(Exception):  # a close() that fails is said when training's envs close, after the run
         env.close()
     categorical = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
@@ -1081,11 +1092,12 @@ def parse_args():
 
 
 def leave_stops_to_the_main_process():
-    """In a worker process a stop to the whole group is the main process's to act on (SIGTERM stays fatal: it is how
-    workers stop)."""
+    """In a worker process a stop to the whole group is the main process's to act on: Ctrl-C, a closed terminal and
+    Ctrl-\\ are ignored, the others fatal as by default (SIGTERM is how workers stop), whatever it was forked with."""
     if multiprocessing.parent_process() is not None:
-        for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
-            signal.signal(sig, signal.SIG_IGN)
+        for sig in STOP_SIGNALS:
+            ignored = sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
+            signal.signal(sig, signal.SIG_IGN if ignored else signal.SIG_DFL)
 
 
 class EnvError(Exception):
@@ -1104,19 +1116,19 @@ class CheckedEnvs(gym.vector.VectorWrapper):
             gym.logger.min_level = gym.logger.ERROR + 1
 
     def reset(self, **kwargs):
-        return self.checked(lambda: self.env.reset(**kwargs))
+        return self.checked(lambda: self.timed(self.env.reset, **kwargs))
 
     def step(self, actions):
-        return self.checked(lambda: self.timed_step(actions))
+        return self.checked(lambda: self.timed(self.env.step, actions))
 
-    def timed_step(self, actions):
-        if isinstance(self.env, gym.vector.AsyncVectorEnv):
-            self.env.step_async(actions)
-            return self.env.step_wait(timeout=self.timeout)
-        alarm = signal.signal(signal.SIGALRM, self.on_alarm)  # sync: a timer interrupts a step that hangs
+    def timed(self, call, *args, **kwargs):
+        """reset or step under a timer that interrupts one that hangs, in a worker process or in this one."""
+        alarm = signal.signal(signal.SIGALRM, self.on_alarm)
         signal.setitimer(signal.ITIMER_REAL, self.timeout)
         try:
-            return self.env.step(actions)
+            return call(*args, **kwargs)
+        except multiprocessing.TimeoutError:
+            raise multiprocessing.TimeoutError(call.__name__) from None  # said by checked()
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, alarm)
@@ -1133,7 +1145,7 @@ class CheckedEnvs(gym.vector.VectorWrapper):
         except BaseException as e:  # SystemExit too: some simulator bindings call sys.exit() when they lose their link
             self.failed = True
             if isinstance(e, multiprocessing.TimeoutError):
-                raise EnvError(f"did not answer a step within {self.timeout} s (a sub-environment hangs?)") from None
+                raise EnvError(f"did not answer a {e} within {self.timeout} s (a sub-environment hangs?)") from None
             for process in getattr(self.env, "processes", []) if isinstance(e, (EOFError, ConnectionError)) else []:
                 process.join(timeout=1.0)  # async: a worker whose env called sys.exit() leaves a broken pipe
                 if (code := process.exitcode) is not None:
@@ -1161,6 +1173,8 @@ class CheckedEnvs(gym.vector.VectorWrapper):
                 source = self.env.unwrapped.get_attr("mask_source")[0]
             print(f"action masks: from {source}{'' if self.use_masks else ', ignored (--no-action-mask)'}")
             self.masks_said = True
+        if not self.use_masks:  # ignored, so not checked either
+            return
         space, parts = self.single_action_space, action_parts(self.single_action_space)
         masks = np.asarray(infos["action_mask"]).reshape(self.num_envs, -1)[infos["_action_mask"]]
         if masks.shape[1] != sum(parts):
@@ -1170,7 +1184,6 @@ class CheckedEnvs(gym.vector.VectorWrapper):
             if not valid.any(axis=1).all():
                 where = f" in part {part} of its {space}" if len(parts) > 1 else ""
                 raise EnvError(f"gave an action mask with no valid action{where}")
-
 
     def close(self, **kwargs):
         """gymnasium's close() would wait for the step in flight, or write to a dead worker's pipe: terminate them."""
@@ -1222,6 +1235,7 @@ class Run:
                      f"resume {self.checkpoint_path}, or give {args.resume} a folder of its own")
         self.last_complete, self.recent_returns, self.stop_signal, self.last_print = None, deque(maxlen=20), [], 0.0
         self.training = False  # until guard(): a stop ends the start (on_signal)
+        self.pid = os.getpid()  # the main process (its workers are forked from it)
         self.handlers = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}  # guard() restores them
 
     @contextlib.contextmanager
@@ -1269,6 +1283,8 @@ class Run:
     def on_signal(self, signum, frame):
         """In training, a first signal: finish the iteration, save, exit; a second one: stop now (an env that hangs),
         by the rule. Before it, the start ends at once (main() says so) and a new run's folder, empty, goes."""
+        if os.getpid() != self.pid:  # a worker process, forked before it set its own (leave_stops_to_the_main_process)
+            return
         self.stop_signal.append(signum)
         if not self.training and not self.checkpoint:  # a resumed run's folder stays as it was
             with contextlib.suppress(OSError):  # empty but for the lock (rmdir leaves a folder with more in it)

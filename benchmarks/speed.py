@@ -15,6 +15,7 @@ repeat right after the contenders (so it drifts with them), and gives A's speed 
     python benchmarks/speed.py --case dmc-envpool --env-id WalkerWalk-v1 --total-timesteps 102400 --env-alone
     python benchmarks/speed.py --case taxi-masks --total-timesteps 200000 --repeats 3
     python benchmarks/speed.py --case cartpole-lstm --total-timesteps 100000 --repeats 3
+    python benchmarks/speed.py --case cartpole-lstm-copies --script old/ppo_discrete.py --script-b ppo_discrete.py
 """
 
 import argparse
@@ -83,6 +84,15 @@ CASES = {
     "humanoid-lstm": ("Humanoid-v5", {
         "none": ["ppo_continuous.py", *NO_CHECKPOINTS],
         "lstm": ["ppo_continuous.py", "--recurrent", "lstm", *NO_CHECKPOINTS],
+    }),
+    # two copies with a memory (--recurrent lstm): with --script and --script-b, a change against the code before it
+    "cartpole-lstm-copies": ("CartPole-v1", {
+        "A": ["ppo_discrete.py", "--recurrent", "lstm", *NO_CHECKPOINTS],
+        "B": ["ppo_discrete.py", "--recurrent", "lstm", *NO_CHECKPOINTS],
+    }),
+    "humanoid-lstm-copies": ("Humanoid-v5", {
+        "A": ["ppo_continuous.py", "--recurrent", "lstm", *NO_CHECKPOINTS],
+        "B": ["ppo_continuous.py", "--recurrent", "lstm", *NO_CHECKPOINTS],
     }),
     # the memory's update replaying whole rollouts against sequences of 16 steps (--sequence-length)
     "cartpole-sequences": ("CartPole-v1", {

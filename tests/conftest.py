@@ -22,11 +22,13 @@ class ConstantRewardEnv(gym.Env):
     if that is set, else runs until a TimeLimit wrapper truncates it. Optionally emits one bad reward.
     Discrete(2) actions, or with box_actions=True a Box with bounds that differ per dimension; the actions
     it receives are kept in `received_actions`. count_steps=True: the observation is the step count in
-    the episode instead. crash_at / exit_at / hang_at: raise / call sys.exit() / stop answering at that step of the env's life.
+    the episode instead. crash_at / exit_at / hang_at: raise / call sys.exit() / stop answering at that step of the env's life;
+    hang_in_reset: stop answering in reset().
     final_shape: the last observation of an episode has this shape instead. close_fails: close() raises once it has stepped."""
 
     def __init__(self, terminate_after=None, bad_reward_at=None, bad_reward=float("nan"), box_actions=False,
-                 count_steps=False, crash_at=None, hang_at=None, final_shape=None, close_fails=False, exit_at=None):
+                 count_steps=False, crash_at=None, hang_at=None, final_shape=None, close_fails=False, exit_at=None,
+                 hang_in_reset=False):
         self.observation_space = gym.spaces.Box(-1.0, 1000.0, (1,), np.float32)
         if box_actions:
             self.action_space = gym.spaces.Box(np.array([-0.4, 0.0], np.float32), np.array([0.4, 2.0], np.float32))
@@ -36,13 +38,15 @@ class ConstantRewardEnv(gym.Env):
         self.bad_reward_at = bad_reward_at
         self.bad_reward = bad_reward
         self.count_steps, self.crash_at, self.hang_at, self.final_shape = count_steps, crash_at, hang_at, final_shape
-        self.close_fails, self.exit_at = close_fails, exit_at
+        self.close_fails, self.exit_at, self.hang_in_reset = close_fails, exit_at, hang_in_reset
         self.steps = 0
         self.total_steps = 0
         self.received_actions = []
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
+        if self.hang_in_reset:
+            time.sleep(600)
         self.steps = 0
         return self.observation(), {}
 
@@ -241,6 +245,8 @@ for suffix, box in (("", False), ("Box", True)):
                  kwargs={"bad_reward_at": 1, "bad_reward": 1e30, "box_actions": box})
 gym.register("test/CountingTruncated-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"count_steps": True})
 gym.register("test/Crashing-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"crash_at": 300})
+gym.register("test/HangingReset-v0", entry_point=ConstantRewardEnv, max_episode_steps=20, kwargs={"hang_in_reset": True})
+gym.register("test/EmptyMaskLoose-v0", entry_point=MaskedEnv, kwargs={"empty_at": 300, "strict": False})
 for suffix, box in (("", False), ("Box", True)):
     gym.register(f"test/Exiting{suffix}-v0", entry_point=ConstantRewardEnv, max_episode_steps=20,
                  kwargs={"exit_at": 300, "box_actions": box})

@@ -235,3 +235,23 @@ def test_a_stop_during_the_start_ends_it_in_one_line_and_leaves_no_run_folder(pp
     stdout, stderr = process.communicate(timeout=120)
     assert (stderr, process.returncode) == ("interrupted\n", 1), stdout + stderr
     assert os.listdir(tmp_path / "runs") == [], "the run folder was left behind"
+
+
+def test_a_stop_during_the_start_with_worker_processes_leaves_no_folder_and_no_worker(tmp_path):
+    """The workers are forked from the main process while the start goes on: they take the fatal default for SIGTERM
+    (how they are stopped), not the run's handler; the main process ends the start in one line."""
+    (tmp_path / "slow_envs.py").write_text(SLOW_ENVS)
+    flags = ["--env-id", "slow_envs:SlowStart-v0", "--env-kwargs", '{"kind": "Pendulum-v1"}', "--num-envs", "4",
+             "--vectorization-mode", "async", "--total-timesteps", "2048"]
+    process = subprocess.Popen([sys.executable, os.path.join(ROOT, "ppo_vector_sameStep.py"), *flags], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                               env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    wait_for(lambda: glob.glob(str(tmp_path / "runs" / "*")), timeout=120, interval=0.02)
+    time.sleep(0.5)  # the workers are making their sub-envs
+    os.killpg(process.pid, signal.SIGTERM)  # as a scheduler does: to every process of the group
+    stdout, stderr = process.communicate(timeout=120)
+    assert (stderr, process.returncode) == ("interrupted\n", 1), stdout + stderr
+    assert os.listdir(tmp_path / "runs") == []
+    time.sleep(1.0)
+    left = subprocess.run(["pgrep", "-s", str(process.pid)], capture_output=True, text=True).stdout
+    assert left == "", f"worker processes left behind: {left}"

@@ -258,6 +258,10 @@ FAULTS = [
                                  ("Exiting", r"lost a worker process, which exited with status 1", "async"),
                                  *[("Hanging", r"did not answer a step within 2.0 s \(a sub-environment hangs\?\)", mode)
                                    for mode in ("sync", "async")]]],
+    *[Fault(f"sub-env whose first reset hangs ({mode})", r"test/HangingReset-v0 did not answer a reset within 2.0 s \(a "
+            r"sub-environment hangs\?\) in the iteration after step 0; nothing new to save",
+            ("--env-id", "test/HangingReset-v0", "--vectorization-mode", mode, "--env-timeout", "2"),
+            scripts=(ppo_vector_sameStep,)) for mode in ("sync", "async")],
     *[Fault(f"NaN reward, checkpoints every {interval or 'never'}",
             r"non-finite reward in the iteration after step \d+; checkpoint of the last complete iteration \(step \d+\) saved",
             ("--env-id", "{env:NanReward}", "--total-timesteps", "4096", "--checkpoint-interval", interval),
