@@ -64,7 +64,8 @@ def test_envpool_trains_resumes_and_evaluates_and_the_run_keeps_its_engine(ppo, 
 def test_envpool_dmc_tasks_take_the_family_defaults_flags_win_and_other_envpool_ids_keep_the_scripts(monkeypatch,
                                                                                                     capsys):
     """ENV_DEFAULTS['dm_control'] gives every DeepMind Control Suite task on EnvPool --init-log-std -0.5 (said in the
-    run's first line, a flag given wins); EnvPool's other ids, MuJoCo's gym bodies among them, keep the defaults."""
+    run's first line, a flag given wins); EnvPool's ids of gymnasium's envs take gymnasium's entries (Hopper-v5's,
+    measured on EnvPool too: results, "Edges a review found (issue 88)"); its other ids keep the defaults."""
     engine = ["--env-backend", "envpool"]
     for task in ("CheetahRun-v1", "FingerSpin-v1"):
         monkeypatch.setattr(sys, "argv", ["ppo_continuous.py", "--env-id", task, *engine])
@@ -75,6 +76,9 @@ def test_envpool_dmc_tasks_take_the_family_defaults_flags_win_and_other_envpool_
     monkeypatch.setattr(sys, "argv", ["ppo_continuous.py", "--env-id", "CheetahRun-v1", *engine, *flag])
     assert ppo_continuous.parse_args()[0].init_log_std == -1.0
     assert "defaults: ENV_DEFAULTS['dm_control'] overridden by the flags given" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", ["ppo_continuous.py", "--env-id", "Hopper-v5", *engine])
+    assert ppo_continuous.parse_args()[0].init_log_std == ppo_continuous.ENV_DEFAULTS["Hopper-v5"]["init_log_std"]
+    assert "defaults: ENV_DEFAULTS['Hopper-v5'] sets init_log_std=-0.5" in capsys.readouterr().out
     for env_id in ("HalfCheetah-v4", "Pendulum-v1"):
         monkeypatch.setattr(sys, "argv", ["ppo_continuous.py", "--env-id", env_id, *engine])
         assert ppo_continuous.parse_args()[0] == ppo_continuous.Args(env_id=env_id, env_backend="envpool")
