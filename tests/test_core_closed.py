@@ -13,7 +13,6 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import torch
 from conftest import ROOT, scalars, short_args, short_flags, wait_for
