@@ -4,6 +4,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 
 import gymnasium as gym
@@ -355,12 +356,23 @@ def wait_for(condition, timeout=120, interval=0.1):
 
 
 def scalars(run_dir):
-    """All TensorBoard scalars of a run folder: {tag: [(step, value), ...]}."""
+    """All TensorBoard scalars of a run folder, as TensorBoard shows them: {tag: [(step, value), ...]}.
+
+    TensorBoard reads a folder's event files in the order their names sort, and a resumed run's file drops what an
+    earlier file logged after its purge step. A name ends in the writer's count within its process: a test process
+    that passes the 10th or the 100th writer within one second names a later file "...10" and an earlier "...9",
+    which sort the wrong way. So the files are read through links named by their second and that count as numbers."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run_dir), size_guidance={"scalars": 0, "tensors": 0})
-    events.Reload()
-    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    with tempfile.TemporaryDirectory() as in_order:
+        for name in os.listdir(run_dir):
+            if name.startswith("events.out.tfevents."):
+                parts = name.split(".")  # events.out.tfevents.<second>.<host, which may hold dots>.<pid>.<count>
+                os.symlink(os.path.abspath(os.path.join(run_dir, name)),
+                           os.path.join(in_order, f"events.out.tfevents.{int(parts[3]):012d}.{int(parts[-1]):09d}"))
+        events = EventAccumulator(in_order, size_guidance={"scalars": 0, "tensors": 0})
+        events.Reload()
+        return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
 
 
 def record_fsync_and_replace(monkeypatch):

@@ -231,6 +231,23 @@ def test_an_extension_says_the_learning_rate_it_starts_at_and_a_plain_resume_say
     assert rate == pytest.approx(learning_rates[2560], rel=1e-3) == 0.5 * checkpoint["args"]["learning_rate"]
 
 
+def test_scalars_reads_a_resumed_runs_files_in_the_order_they_were_made(tmp_path, monkeypatch):
+    """The tests' reader of TensorBoard (conftest.scalars) sees what TensorBoard shows, even where a test process made
+    the 9th and the 10th writer within one second: their names then sort the wrong way. (Once a flaky CI failure.)"""
+    from torch.utils.tensorboard import SummaryWriter
+    from tensorboard.summary.writer import event_file_writer
+
+    monkeypatch.setattr(event_file_writer, "_global_uid", event_file_writer.AtomicCounter(9))
+    monkeypatch.setattr(event_file_writer.time, "time", lambda: 1_800_000_000.0)  # both files in one second
+    for purge_step, value in [(None, 1.0), (2, 2.0)]:  # a run, then its resume from step 1
+        writer = SummaryWriter(str(tmp_path), purge_step=purge_step)
+        for step in range(purge_step or 1, 4):
+            writer.add_scalar("charts/x", value, step)
+        writer.close()
+    assert sorted(name[-2:] for name in os.listdir(tmp_path)) == [".9", "10"]
+    assert scalars(tmp_path)["charts/x"] == [(1, 1.0), (2, 2.0), (3, 2.0)]
+
+
 def test_an_oserror_in_another_thread_still_reaches_the_user(ppo, in_tmp, monkeypatch):
     """Only TensorBoard's writer thread has its failed writes said by the fault rule; a thread of the researcher's own
     (here one the env starts, a data loader say) that raises OSError goes to the excepthook as before training."""
