@@ -17,29 +17,9 @@ what it does with each change). Where a change goes:
 Gymnasium 1.x autoresets NEXT_STEP: the step after an episode ends is not a transition and has no weight in the update.
 """
 
-import contextlib
-import copy
-import glob
-import importlib.util
-import json
-import math
 import os
-import re
-import shlex
 import signal
 import sys
-import tempfile
-import threading
-import time
-import traceback
-import warnings
-from collections import deque
-from dataclasses import asdict, dataclass, fields
-from typing import Literal, Optional
-
-if sys.platform == "win32":  # the run folder's lock (fcntl) and the stop signals below are POSIX's
-    sys.exit(f"error: {os.path.basename(__file__)} runs on Linux and macOS, not on Windows (there, use WSL)")
-import fcntl  # noqa: E402
 
 
 def exit_interrupted(signum=None, frame=None):
@@ -53,7 +33,27 @@ def exit_interrupted(signum=None, frame=None):
 
 
 if __name__ == "__main__" and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-    signal.signal(signal.SIGINT, exit_interrupted)  # Ctrl-C while torch loads
+    signal.signal(signal.SIGINT, exit_interrupted)  # Ctrl-C from here on, while the modules load
+
+import contextlib
+import copy
+import glob
+import importlib.util
+import json
+import math
+import re
+import shlex
+import tempfile
+import threading
+import time
+import traceback
+import warnings
+from collections import deque
+from dataclasses import asdict, dataclass, fields
+from typing import Literal, Optional
+if sys.platform == "win32":  # the run folder's lock (fcntl) and the stop signals below are POSIX's
+    sys.exit(f"error: {os.path.basename(__file__)} runs on Linux and macOS, not on Windows (there, use WSL)")
+import fcntl  # noqa: E402
 
 import gymnasium as gym
 import numpy as np
