@@ -28,6 +28,7 @@ from optuna.trial import TrialState  # noqa: E402
 
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 import common  # noqa: E402
+import every_env  # noqa: E402
 import plot  # noqa: E402
 import reach  # noqa: E402
 import run as runner  # noqa: E402
@@ -700,3 +701,21 @@ def test_maskable_ppo_and_at_steps_report_the_last_100_episodes_at_given_steps(t
     assert re.fullmatch(r"Taxi-v4__ppo_discrete__1__\d+ \| - \| -?\d+\.\d\d", table[1])  # no episode ends by step 100
     assert table[2] == "started | - | -"  # and stderr says why
     assert why == "started: no charts/episodic_return logged under runs/started (no episode finished?)\n"
+
+
+def test_every_env_table_counts_the_runs_below_the_line_against_each_envs_reference(tmp_path):
+    """The every-env table: each env's runs (result.json as run.py writes it), how many end below three quarters of
+    the way from a random policy to the reference, and the tabular envs' optimums computed from their own tables."""
+    assert every_env.optimum("CliffWalking-v1") == pytest.approx(-13.0)  # the shortest path along the cliff
+    assert every_env.optimum("FrozenLake-v1") == pytest.approx(0.744, abs=1e-3)  # slippery, within its 100 steps
+    assert every_env.optimum("Blackjack-v1") == pytest.approx(-0.047, abs=1e-3)  # basic strategy, no doubling
+    for seed, final in [(1, 500.0), (2, 300.0), (3, 9.0)]:
+        folder = tmp_path / "out" / f"ppo_discrete__CartPole-v1__{seed}"
+        folder.mkdir(parents=True)
+        status = "failed" if seed == 3 else "finished"
+        (folder / "result.json").write_text(json.dumps({"script": "ppo_discrete.py", "env_id": "CartPole-v1",
+                                                        "seed": seed, "status": status, "final_return": final}))
+    output = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "every_env.py"), str(tmp_path / "out")],
+                            capture_output=True, text=True, timeout=120).stdout
+    line = 23.7 + 0.75 * (500.0 - 23.7)  # a random policy's 23.7
+    assert f"| CartPole-v1 | ppo_discrete.py | 1,2 | 400.0 ± 100.0 | 1 of 2 | {line:.1f} | 500.0 (" in output, output

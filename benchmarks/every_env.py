@@ -1,0 +1,151 @@
+"""The every-env table (issue 89): each env gymnasium ships, trained by the bare command of the script that takes it.
+
+    python benchmarks/every_env.py benchmark_runs/every_env_discrete benchmark_runs/every_env_box
+
+Reads the runs that benchmarks/run.py wrote under the folders given (their result.json: the mean return of each run's
+last 100 training episodes) and prints, per env, the mean and spread over its seeds, how many runs end below the line,
+and the reference. The line is three quarters of the way from a random policy's return to the reference, so that it
+means the same for envs whose returns are negative. A reference is the best published PPO number (its source, steps
+and metric beside it) or, for the tabular envs, the optimum, computed here by value iteration over the env's own
+transition table within its time limit (10,000 steps where it has none; Blackjack-v1 by dynamic programming over
+its infinite deck).
+    python benchmarks/every_env.py --optimum FrozenLake-v1 FrozenLake8x8-v1 CliffWalking-v1 Taxi-v4 Blackjack-v1
+"""
+
+import argparse
+import glob
+import json
+import os
+import sys
+from functools import lru_cache
+
+import numpy as np
+
+# env id: (the script whose bare command trains it, the reference return, where it comes from, a random policy's
+# return). Random policies: `python benchmarks/common.py <env id>` (100 episodes, seed 0), measured here.
+ENVS = {
+    "CartPole-v1": ("ppo_discrete.py", 500.0, "the optimum (the time limit)", 23.7),
+    "Acrobot-v1": ("ppo_discrete.py", -73.5, "rl-baselines3-zoo, 1M, deterministic evaluation", -497.1),
+    "MountainCar-v0": ("ppo_discrete.py", -110.4, "rl-baselines3-zoo, 1M, deterministic evaluation", -200.0),
+    "MountainCarContinuous-v0": ("ppo_continuous.py", 88.3, "rl-baselines3-zoo (gSDE), 20k, deterministic", -33.3),
+    "Pendulum-v1": ("ppo_continuous.py", -172.2, "rl-baselines3-zoo (gSDE), 100k, deterministic", -1207.6),
+    "LunarLander-v3": ("ppo_discrete.py", 242.1, "rl-baselines3-zoo (v2), 1M, deterministic", -192.0),
+    "LunarLanderContinuous-v3": ("ppo_continuous.py", 270.9, "rl-baselines3-zoo (v2), 1M, deterministic", -212.7),
+    "BipedalWalker-v3": ("ppo_continuous.py", 287.9, "rl-baselines3-zoo, 5M, deterministic", -102.8),
+    "BipedalWalkerHardcore-v3": ("ppo_continuous.py", 122.4, "rl-baselines3-zoo, 100M (none at 1M)", -106.2),
+    "CarRacing-v3": ("ppo_continuous.py", 153.9, "rl-baselines3-zoo (v0), 4M, deterministic", None),
+    "Blackjack-v1": ("ppo_discrete.py", None, "the optimum (basic strategy)", -0.395),  # random: 10,000 episodes
+    "CliffWalking-v1": ("ppo_discrete.py", None, "the optimum", -72838.9),
+    "CliffWalkingSlippery-v1": ("ppo_discrete.py", None, "the optimum", -67874.9),
+    "FrozenLake-v1": ("ppo_discrete.py", None, "the optimum within 100 steps", 0.0),
+    "FrozenLake8x8-v1": ("ppo_discrete.py", None, "the optimum within 200 steps", 0.0),
+    "Taxi-v4": ("ppo_discrete.py", None, "the optimum (mean over the starts)", -777.5),
+    "Ant-v5": ("ppo_continuous.py", 3258.4, "Tianshou (v3), 1M, best test return over training", -48.0),
+    "HalfCheetah-v5": ("ppo_continuous.py", 5819.1, "rl-baselines3-zoo (v3), 1M, deterministic", -282.5),
+    "Hopper-v5": ("ppo_continuous.py", 2609.3, "Tianshou (v3), 1M, best test return over training", 16.7),
+    "Humanoid-v5": ("ppo_continuous.py", 787.1, "Tianshou (v3), 1M, best test return over training", 112.6),
+    "HumanoidStandup-v5": ("ppo_continuous.py", 109325.9, "CleanRL (v4), 8M (none at 1M), last 100 episodes", None),
+    "InvertedDoublePendulum-v5": ("ppo_continuous.py", 9231.3, "Tianshou (v3), 1M, best test return", 49.1),
+    "InvertedPendulum-v5": ("ppo_continuous.py", 1000.0, "the optimum (the time limit)", 5.2),
+    "Pusher-v5": ("ppo_continuous.py", -30.4, "CleanRL (v4), 8M, last 100 episodes", -149.2),
+    "Reacher-v5": ("ppo_continuous.py", -4.1, "Tianshou (v3), 1M, best test return over training", -43.3),
+    "Swimmer-v5": ("ppo_continuous.py", 281.6, "rl-baselines3-zoo (v3, gamma 0.9999), 1M, deterministic", 0.8),
+    "Walker2d-v5": ("ppo_continuous.py", 3588.5, "Tianshou (v3), 1M, best test return over training", 1.8),
+}
+LINE = 0.75  # a run below three quarters of the way from random to the reference falls short
+
+
+def tabular_optimum(env_id, horizon_without_limit=10_000):
+    """The best expected return from the env's start states within its time limit, by value iteration over its
+    transition table (env.unwrapped.P: state -> action -> [(probability, next state, reward, terminated)])."""
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    table, starts = env.unwrapped.P, env.unwrapped.initial_state_distrib
+    horizon = env.spec.max_episode_steps or horizon_without_limit
+    num_states, num_actions = len(table), len(table[0])
+    rewards = np.zeros((num_states, num_actions))  # the expected reward of each (state, action)
+    going_on = np.zeros((num_states, num_actions, num_states))  # the probability of each next state that goes on
+    for state, actions in table.items():
+        for action, outcomes in actions.items():
+            for probability, next_state, reward, terminated in outcomes:
+                rewards[state, action] += probability * reward
+                going_on[state, action, next_state] += 0.0 if terminated else probability
+    values = np.zeros(num_states)  # the best return with the steps left so far
+    for _ in range(horizon):
+        values = (rewards + going_on @ values).max(axis=1)
+    return float(np.dot(starts, values))
+
+
+def blackjack_optimum():
+    """Blackjack-v1 as gymnasium deals it (cards drawn with replacement, the dealer stands from 17, a natural pays as
+    a win): the expected return of the best hit-or-stick policy, by dynamic programming over the player's hand."""
+    cards = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 10, 10, 10]
+
+    def score(total, ace):
+        return total + 10 if ace and total + 10 <= 21 else total
+
+    @lru_cache(maxsize=None)
+    def dealer(total, ace):  # {final score (22 = bust): probability}, the dealer drawing from (total, ace)
+        if score(total, ace) >= 17:
+            return {min(score(total, ace), 22): 1.0} if total <= 21 else {22: 1.0}
+        outcome = {}
+        for card in cards:
+            for final, p in dealer(total + card, ace or card == 1).items():
+                outcome[final] = outcome.get(final, 0.0) + p / len(cards)
+        return outcome
+
+    def stick(player, up):
+        outcome = dealer(up, up == 1)
+        return sum(p * (1.0 if final == 22 or player > final else 0.0 if player == final else -1.0)
+                   for final, p in outcome.items())
+
+    @lru_cache(maxsize=None)
+    def best(total, ace, up):  # the best expected return holding (total, ace) against the dealer's up card
+        if total > 21:
+            return -1.0
+        hit = sum(best(total + card, ace or card == 1, up) for card in cards) / len(cards)
+        return max(stick(score(total, ace), up), hit)
+
+    expected = 0.0
+    for a in cards:
+        for b in cards:
+            for up in cards:
+                expected += best(a + b, a == 1 or b == 1, up) / len(cards) ** 3
+    return expected
+
+
+def optimum(env_id):
+    return blackjack_optimum() if env_id == "Blackjack-v1" else tabular_optimum(env_id)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("folders", nargs="*", help="folders of benchmarks/run.py's runs")
+    parser.add_argument("--optimum", nargs="+", metavar="ENV_ID", help="print the optimum of these tabular envs")
+    cli = parser.parse_args()
+    if cli.optimum:
+        for env_id in cli.optimum:
+            print(f"{env_id}: optimum {optimum(env_id):.4f}")
+        return
+    runs = {}  # env id -> {seed: final return}
+    for folder in cli.folders:
+        for path in glob.glob(os.path.join(folder, "*", "result.json")):
+            result = json.load(open(path))
+            if result["status"] == "finished" and result["script"] == ENVS.get(result["env_id"], ("",))[0]:
+                runs.setdefault(result["env_id"], {})[result["seed"]] = result["final_return"]
+    print("| env | script | seeds | mean ± std | below the line | the line | reference |")
+    print("|---|---|---|---|---|---|---|")
+    for env_id, (script, reference, source, random_return) in ENVS.items():
+        if env_id not in runs:
+            continue
+        reference = optimum(env_id) if reference is None else reference
+        returns = np.array([runs[env_id][seed] for seed in sorted(runs[env_id])])
+        line = random_return + LINE * (reference - random_return) if random_return is not None else LINE * reference
+        below = int((returns < line).sum())
+        print(f"| {env_id} | {script} | {','.join(map(str, sorted(runs[env_id])))} | {returns.mean():.1f} ± "
+              f"{returns.std():.1f} | {below} of {len(returns)} | {line:.1f} | {reference:.1f} ({source}) |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
