@@ -4,8 +4,8 @@
 
 Reads the runs that benchmarks/run.py wrote under the folders given (their result.json: the mean return of each run's
 last 100 training episodes) and prints, per env, the mean and spread over its seeds, how many runs end below the line,
-and the reference. The line is three quarters of the way from a random policy's return to the reference, so that it
-means the same for envs whose returns are negative. A reference is the best published PPO number (its source, steps
+and the reference. The line is three quarters of the reference, or for a negative reference (a cost) 4/3 of it: a
+run below it falls short. A reference is the best published PPO number (its source, steps
 and metric beside it) or, for the tabular envs, the optimum, computed here by value iteration over the env's own
 transition table within its time limit (10,000 steps where it has none; Blackjack-v1 by dynamic programming over
 its infinite deck).
@@ -21,38 +21,37 @@ from functools import lru_cache
 
 import numpy as np
 
-# env id: (the script whose bare command trains it, the reference return, where it comes from, a random policy's
-# return). Random policies: `python benchmarks/common.py <env id>` (100 episodes, seed 0), measured here.
+# env id: (the script whose bare command trains it, the reference return or None for the optimum, where it comes from)
 ENVS = {
-    "CartPole-v1": ("ppo_discrete.py", 500.0, "the optimum (the time limit)", 23.7),
-    "Acrobot-v1": ("ppo_discrete.py", -73.5, "rl-baselines3-zoo, 1M, deterministic evaluation", -497.1),
-    "MountainCar-v0": ("ppo_discrete.py", -110.4, "rl-baselines3-zoo, 1M, deterministic evaluation", -200.0),
-    "MountainCarContinuous-v0": ("ppo_continuous.py", 88.3, "rl-baselines3-zoo (gSDE), 20k, deterministic", -33.3),
-    "Pendulum-v1": ("ppo_continuous.py", -172.2, "rl-baselines3-zoo (gSDE), 100k, deterministic", -1207.6),
-    "LunarLander-v3": ("ppo_discrete.py", 242.1, "rl-baselines3-zoo (v2), 1M, deterministic", -192.0),
-    "LunarLanderContinuous-v3": ("ppo_continuous.py", 270.9, "rl-baselines3-zoo (v2), 1M, deterministic", -212.7),
-    "BipedalWalker-v3": ("ppo_continuous.py", 287.9, "rl-baselines3-zoo, 5M, deterministic", -102.8),
-    "BipedalWalkerHardcore-v3": ("ppo_continuous.py", 122.4, "rl-baselines3-zoo, 100M (none at 1M)", -106.2),
-    "CarRacing-v3": ("ppo_continuous.py", 153.9, "rl-baselines3-zoo (v0), 4M, deterministic", None),
-    "Blackjack-v1": ("ppo_discrete.py", None, "the optimum (basic strategy)", -0.395),  # random: 10,000 episodes
-    "CliffWalking-v1": ("ppo_discrete.py", None, "the optimum", -72838.9),
-    "CliffWalkingSlippery-v1": ("ppo_discrete.py", None, "the optimum", -67874.9),
-    "FrozenLake-v1": ("ppo_discrete.py", None, "the optimum within 100 steps", 0.0),
-    "FrozenLake8x8-v1": ("ppo_discrete.py", None, "the optimum within 200 steps", 0.0),
-    "Taxi-v4": ("ppo_discrete.py", None, "the optimum (mean over the starts)", -777.5),
-    "Ant-v5": ("ppo_continuous.py", 3258.4, "Tianshou (v3), 1M, best test return over training", -48.0),
-    "HalfCheetah-v5": ("ppo_continuous.py", 5819.1, "rl-baselines3-zoo (v3), 1M, deterministic", -282.5),
-    "Hopper-v5": ("ppo_continuous.py", 2609.3, "Tianshou (v3), 1M, best test return over training", 16.7),
-    "Humanoid-v5": ("ppo_continuous.py", 787.1, "Tianshou (v3), 1M, best test return over training", 112.6),
-    "HumanoidStandup-v5": ("ppo_continuous.py", 109325.9, "CleanRL (v4), 8M (none at 1M), last 100 episodes", None),
-    "InvertedDoublePendulum-v5": ("ppo_continuous.py", 9231.3, "Tianshou (v3), 1M, best test return", 49.1),
-    "InvertedPendulum-v5": ("ppo_continuous.py", 1000.0, "the optimum (the time limit)", 5.2),
-    "Pusher-v5": ("ppo_continuous.py", -30.4, "CleanRL (v4), 8M, last 100 episodes", -149.2),
-    "Reacher-v5": ("ppo_continuous.py", -4.1, "Tianshou (v3), 1M, best test return over training", -43.3),
-    "Swimmer-v5": ("ppo_continuous.py", 281.6, "rl-baselines3-zoo (v3, gamma 0.9999), 1M, deterministic", 0.8),
-    "Walker2d-v5": ("ppo_continuous.py", 3588.5, "Tianshou (v3), 1M, best test return over training", 1.8),
+    "CartPole-v1": ("ppo_discrete.py", 500.0, "the optimum (the time limit)"),
+    "Acrobot-v1": ("ppo_discrete.py", -73.5, "rl-baselines3-zoo, 1M, deterministic evaluation"),
+    "MountainCar-v0": ("ppo_discrete.py", -110.4, "rl-baselines3-zoo, 1M, deterministic evaluation"),
+    "MountainCarContinuous-v0": ("ppo_continuous.py", 88.3, "rl-baselines3-zoo (gSDE), 20k, deterministic"),
+    "Pendulum-v1": ("ppo_continuous.py", -172.2, "rl-baselines3-zoo (gSDE), 100k, deterministic"),
+    "LunarLander-v3": ("ppo_discrete.py", 242.1, "rl-baselines3-zoo (v2), 1M, deterministic"),
+    "LunarLanderContinuous-v3": ("ppo_continuous.py", 270.9, "rl-baselines3-zoo (v2), 1M, deterministic"),
+    "BipedalWalker-v3": ("ppo_continuous.py", 287.9, "rl-baselines3-zoo, 5M, deterministic"),
+    "BipedalWalkerHardcore-v3": ("ppo_continuous.py", 122.4, "rl-baselines3-zoo, 100M (none at 1M)"),
+    "CarRacing-v3": ("ppo_continuous.py", 153.9, "rl-baselines3-zoo (v0), 4M, deterministic"),
+    "Blackjack-v1": ("ppo_discrete.py", None, "the optimum (basic strategy)"),
+    "CliffWalking-v1": ("ppo_discrete.py", None, "the optimum"),
+    "CliffWalkingSlippery-v1": ("ppo_discrete.py", None, "the optimum"),
+    "FrozenLake-v1": ("ppo_discrete.py", None, "the optimum within 100 steps"),
+    "FrozenLake8x8-v1": ("ppo_discrete.py", None, "the optimum within 200 steps"),
+    "Taxi-v4": ("ppo_discrete.py", None, "the optimum (mean over the starts)"),
+    "Ant-v5": ("ppo_continuous.py", 3258.4, "Tianshou (v3), 1M, best test return over training"),
+    "HalfCheetah-v5": ("ppo_continuous.py", 5819.1, "rl-baselines3-zoo (v3), 1M, deterministic"),
+    "Hopper-v5": ("ppo_continuous.py", 2609.3, "Tianshou (v3), 1M, best test return over training"),
+    "Humanoid-v5": ("ppo_continuous.py", 787.1, "Tianshou (v3), 1M, best test return over training"),
+    "HumanoidStandup-v5": ("ppo_continuous.py", 109325.9, "CleanRL (v4), 8M (none at 1M), last 100 episodes"),
+    "InvertedDoublePendulum-v5": ("ppo_continuous.py", 9231.3, "Tianshou (v3), 1M, best test return"),
+    "InvertedPendulum-v5": ("ppo_continuous.py", 1000.0, "the optimum (the time limit)"),
+    "Pusher-v5": ("ppo_continuous.py", -40.4, "CleanRL (v4), 1M, last 100 episodes"),
+    "Reacher-v5": ("ppo_continuous.py", -4.1, "Tianshou (v3), 1M, best test return over training"),
+    "Swimmer-v5": ("ppo_continuous.py", 281.6, "rl-baselines3-zoo (v3, gamma 0.9999), 1M, deterministic"),
+    "Walker2d-v5": ("ppo_continuous.py", 3588.5, "Tianshou (v3), 1M, best test return over training"),
 }
-LINE = 0.75  # a run below three quarters of the way from random to the reference falls short
+LINE = 0.75  # a run below three quarters of a positive reference falls short, or beyond 4/3 of a negative one's cost
 
 
 def tabular_optimum(env_id, horizon_without_limit=10_000):
@@ -136,15 +135,17 @@ def main():
                 runs.setdefault(result["env_id"], {})[result["seed"]] = result["final_return"]
     print("| env | script | seeds | mean ± std | below the line | the line | reference |")
     print("|---|---|---|---|---|---|---|")
-    for env_id, (script, reference, source, random_return) in ENVS.items():
+    for env_id, (script, reference, source) in ENVS.items():
         if env_id not in runs:
             continue
         reference = optimum(env_id) if reference is None else reference
         returns = np.array([runs[env_id][seed] for seed in sorted(runs[env_id])])
-        line = random_return + LINE * (reference - random_return) if random_return is not None else LINE * reference
+        line = LINE * reference if reference > 0 else reference / LINE
         below = int((returns < line).sum())
-        print(f"| {env_id} | {script} | {','.join(map(str, sorted(runs[env_id])))} | {returns.mean():.1f} ± "
-              f"{returns.std():.1f} | {below} of {len(returns)} | {line:.1f} | {reference:.1f} ({source}) |")
+        digits = 3 if abs(reference) < 10 else 1  # FrozenLake's 0.744, Blackjack's -0.047
+        print(f"| {env_id} | {script} | {','.join(map(str, sorted(runs[env_id])))} | {returns.mean():.{digits}f} ± "
+              f"{returns.std():.{digits}f} | {below} of {len(returns)} | {line:.{digits}f} | {reference:.{digits}f}: "
+              f"{source} |")
 
 
 if __name__ == "__main__":
