@@ -675,13 +675,17 @@ def test_env_defaults_apply_to_the_named_envs_only_say_so_yield_to_flags_and_a_r
     said in the run's first line; other envs keep the script's defaults; a checkpoint resumes with its own settings."""
     script = f"{box_ppo.__name__}.py"
     family = {"dm_control"} if box_ppo is ppo_continuous else set()  # EnvPool's DMC tasks (test_envpool.py)
-    assert set(box_ppo.ENV_DEFAULTS) == {"Hopper-v5", "Walker2d-v5", "BipedalWalker-v3"} | family
+    named = {"Hopper-v5", "Walker2d-v5", "BipedalWalker-v3", "MountainCarContinuous-v0"}
+    assert set(box_ppo.ENV_DEFAULTS) == named | family
     monkeypatch.setattr(sys, "argv", [script, "--env-id", "Hopper-v5"])
     assert box_ppo.parse_args()[0] == box_ppo.Args(env_id="Hopper-v5", init_log_std=-0.5)
     assert "defaults: ENV_DEFAULTS['Hopper-v5'] sets init_log_std=-0.5" in capsys.readouterr().out
     monkeypatch.setattr(sys, "argv", [script, "--env-id", "Hopper-v5", "--init-log-std", "-1.2"])
     assert box_ppo.parse_args()[0].init_log_std == -1.2  # a flag given wins
     assert "defaults: ENV_DEFAULTS['Hopper-v5'] overridden by the flags given" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", [script, "--env-id", "MountainCarContinuous-v0"])  # the std that finds the goal
+    assert box_ppo.parse_args()[0] == box_ppo.Args(env_id="MountainCarContinuous-v0", init_log_std=0.0)
+    assert "defaults: ENV_DEFAULTS['MountainCarContinuous-v0'] sets init_log_std=0.0" in capsys.readouterr().out
     for env_id in ("HalfCheetah-v5", "Pendulum-v1"):  # not in the table: the defaults, and no line about them
         monkeypatch.setattr(sys, "argv", [script, "--env-id", env_id])
         assert box_ppo.parse_args()[0] == box_ppo.Args(env_id=env_id)
