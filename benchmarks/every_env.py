@@ -87,7 +87,7 @@ def blackjack_optimum():
     @lru_cache(maxsize=None)
     def dealer(total, ace):  # {final score (22 = bust): probability}, the dealer drawing from (total, ace)
         if score(total, ace) >= 17:
-            return {min(score(total, ace), 22): 1.0} if total <= 21 else {22: 1.0}
+            return {score(total, ace) if total <= 21 else 22: 1.0}
         outcome = {}
         for card in cards:
             for final, p in dealer(total + card, ace or card == 1).items():
@@ -127,23 +127,30 @@ def main():
         for env_id in cli.optimum:
             print(f"{env_id}: optimum {optimum(env_id):.4f}")
         return
-    runs = {}  # env id -> {seed: final return}
+    runs, found_in = {}, {}  # env id -> {seed: final return}; (env id, seed) -> its folder
     for folder in cli.folders:
         for path in glob.glob(os.path.join(folder, "*", "result.json")):
             result = json.load(open(path))
-            if result["status"] == "finished" and result["script"] == ENVS.get(result["env_id"], ("",))[0]:
-                runs.setdefault(result["env_id"], {})[result["seed"]] = result["final_return"]
+            key = (result["env_id"], result["seed"])
+            if result["status"] != "finished" or result["script"] != ENVS.get(key[0], ("",))[0]:
+                continue
+            if key in found_in:  # two commands' runs of one seed (a screen's flags beside the bare command's)
+                sys.exit(f"error: {key[0]} seed {key[1]} is in {found_in[key]} and in {folder}: "
+                         "give one command's runs")
+            found_in[key] = folder
+            runs.setdefault(key[0], {})[key[1]] = result["final_return"]
     print("| env | script | seeds | mean ± std | below the line | the line | reference |")
     print("|---|---|---|---|---|---|---|")
     for env_id, (script, reference, source) in ENVS.items():
         if env_id not in runs:
             continue
         reference = optimum(env_id) if reference is None else reference
-        returns = np.array([runs[env_id][seed] for seed in sorted(runs[env_id])])
+        seeds = sorted(runs[env_id])
+        returns = np.array([runs[env_id][seed] for seed in seeds])
         line = LINE * reference if reference > 0 else reference / LINE
         below = int((returns < line).sum())
         digits = 3 if abs(reference) < 10 else 1  # FrozenLake's 0.744, Blackjack's -0.047
-        print(f"| {env_id} | {script} | {','.join(map(str, sorted(runs[env_id])))} | {returns.mean():.{digits}f} ± "
+        print(f"| {env_id} | {script} | {','.join(map(str, seeds))} | {returns.mean():.{digits}f} ± "
               f"{returns.std():.{digits}f} | {below} of {len(returns)} | {line:.{digits}f} | {reference:.{digits}f}: "
               f"{source} |")
 

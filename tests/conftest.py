@@ -368,8 +368,9 @@ def scalars(run_dir):
         for name in os.listdir(run_dir):
             if name.startswith("events.out.tfevents."):
                 parts = name.split(".")  # events.out.tfevents.<second>.<host, which may hold dots>.<pid>.<count>
+                in_time = f"{int(parts[3]):012d}.{int(parts[-1]):09d}.{parts[-2]}"  # the pid keeps two processes apart
                 os.symlink(os.path.abspath(os.path.join(run_dir, name)),
-                           os.path.join(in_order, f"events.out.tfevents.{int(parts[3]):012d}.{int(parts[-1]):09d}"))
+                           os.path.join(in_order, f"events.out.tfevents.{in_time}"))
         events = EventAccumulator(in_order, size_guidance={"scalars": 0, "tensors": 0})
         events.Reload()
         return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}

@@ -718,3 +718,7 @@ def test_every_env_table_counts_the_runs_below_the_line_against_each_envs_refere
     output = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "every_env.py"), str(tmp_path / "out")],
                             capture_output=True, text=True, timeout=120).stdout
     assert "| CartPole-v1 | ppo_discrete.py | 1,2 | 400.0 ± 100.0 | 1 of 2 | 375.0 | 500.0: " in output, output
+    shutil.copytree(tmp_path / "out", tmp_path / "screen")  # the same seeds under another command: refused
+    both = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "every_env.py"), str(tmp_path / "out"),
+                           str(tmp_path / "screen")], capture_output=True, text=True, timeout=120)
+    assert both.returncode == 1 and both.stderr.startswith("error: CartPole-v1 seed 1 is in "), both.stderr

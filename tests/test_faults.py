@@ -11,6 +11,7 @@ import errno
 import glob
 import multiprocessing
 import os
+import pathlib
 import random
 import re
 import shutil
@@ -399,7 +400,8 @@ def test_ctrl_c_pressed_again_and_again_while_the_script_starts_gets_one_line(pp
     line, status 1. (A handler that raised again while Python printed the line cut it or printed tracebacks.)"""
     process = start(f"{ppo.__name__}.py", *short_flags(ppo), cwd=tmp_path, stderr=subprocess.PIPE,
                     preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))  # as at a terminal
-    wait_for(lambda: "/torch/lib/libtorch" in open(f"/proc/{process.pid}/maps").read(), timeout=60)  # torch loads
+    maps = f"/proc/{process.pid}/maps"  # the libraries the process has mapped: torch's, once it loads
+    wait_for(lambda: "/torch/lib/libtorch" in pathlib.Path(maps).read_text(), timeout=60)
     deadline = time.monotonic() + 30
     while process.poll() is None and time.monotonic() < deadline:
         process.send_signal(signal.SIGINT)
