@@ -6,7 +6,7 @@
 Three parts, each opened by a banner line. The PPO core (Args, envs, Agent, GAE, loss, train(): the rollout, GAE and
 update as visible loops) is all that plain PPO on vectors (CartPole-v1) runs through; "detail N" names the details of
 "The 37 Implementation Details of PPO" (Huang et al., 2022). Capabilities: what the core calls only for images and
-Atari, Dict observations, multi-part actions and masks, memory, the defaults tables. Run safety: checks, checkpoints,
+Atari, Dict observations, multi-part actions and masks, memory, many agents (PettingZoo), the defaults tables. Run safety: checks, checkpoints,
 faults, progress, evaluation; nothing there changes what PPO computes (its banner: what it does with each change).
 Where a change goes:
 - a setting: a field of Args (its checks: check_settings); a network: Agent (Agent.log_probs reads the actor);
@@ -93,7 +93,7 @@ class Args:
 
     env_id: str = "CartPole-v1"
     """an env id with Discrete, MultiDiscrete or MultiBinary actions: gymnasium's, `module:Id` (imports your module),
-    or EnvPool's (--env-backend)"""
+    EnvPool's (--env-backend), or a PettingZoo parallel env's module (mpe2.simple_spread_v3: many agents, one policy)"""
     env_kwargs: str = "{}"
     """keyword arguments of gym.make as JSON, e.g. '{"is_slippery": false}' (FrozenLake-v1)"""
     env_backend: Literal["gymnasium", "envpool"] = "gymnasium"
@@ -105,7 +105,7 @@ class Args:
     learning_rate: float = 1.88e-3
     """the learning rate of the optimizer"""
     num_envs: int = 8
-    """the number of parallel sub-environments"""
+    """the number of parallel sub-environments (with many agents: games, each agent of each a column of the rollout)"""
     num_steps: int = 128
     """the number of steps per sub-environment in each rollout"""
     anneal_lr: bool = True
@@ -144,6 +144,8 @@ class Args:
     sequence_length: int = 0
     """with memory, the update replays sequences of this many steps (dividing num_steps), each from its first state
     as the weights of the epoch's start compute it, no gradient through it (faster); 0: each sub-env's whole rollout"""
+    agent_id: bool = True
+    """with many agents (PettingZoo), if toggled, each agent sees its id (one-hot) beside its observation"""
 
     checkpoint_interval: int = 25
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -162,11 +164,11 @@ class Args:
 
 def check_settings(args):
     """What the algorithm cannot train with, a message each (run safety checks the run's own settings, says these)."""
-    batch, minibatches, kl = args.num_envs * args.num_steps, max(args.num_minibatches, 1), args.target_kl
+    batch, minibatches, kl = columns(args) * args.num_steps, max(args.num_minibatches, 1), args.target_kl
     return [message for ok, message in [
         *[(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}") for name
           in ("num_minibatches", "update_epochs", "hidden_size", "learning_rate", "clip_coef", "max_grad_norm")],
-        (batch % minibatches == 0 and batch // minibatches >= 2, f"the batch (num_envs x num_steps = {batch}) must "
+        (batch % minibatches == 0 and batch // minibatches >= 2, f"the batch (columns x num_steps = {batch}) must "
          f"divide into --num-minibatches {minibatches} of 2 rows or more (advantages are normalized per minibatch)"),
         (0.0 <= args.gamma <= 1.0 and 0.0 <= args.gae_lambda <= 1.0, "--gamma and --gae-lambda must lie in [0, 1]"),
         (args.vf_coef >= 0, "--vf-coef must not be negative"),
@@ -204,6 +206,8 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None, training=True
     # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP, as EnvPool's
     if args.env_backend == "envpool":
         envs = envpool_envs(args, num_envs, seed, frames)  # (Capabilities) EnvPool's C++ threads step the sub-envs
+    elif parallel_games(args.env_id):
+        envs = ManyAgents(args, num_envs)  # (Capabilities) PettingZoo's games: a column for each agent of each game
     else:
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
                                                   video_folder, film_first, frames) for i in range(num_envs)])
@@ -212,7 +216,8 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None, training=True
         envs = DictObservations(envs)  # (Capabilities) an image beside other entries (MiniGrid's): one row of bytes
     elif not image_shape(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
         envs = gym.wrappers.vector.FlattenObservation(envs)  # Dict, Tuple: one vector, in key order; Discrete: one-hot
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns (Atari: each whole game's score)
+    if not isinstance(envs.unwrapped, ManyAgents):  # which keeps each agent's episodes itself
+        envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns (Atari: each whole game's)
     atari = registered_id(args.env_id).startswith("ALE/") or "episodic_life" in getattr(envs.unwrapped, "config", {})
     if training and atari:
         envs = AtariTraining(envs)  # (Capabilities) a lost life ends a training episode; rewards clipped
@@ -356,7 +361,8 @@ def coefficients(args, iteration, num_iterations):
 
 
 def train(args, checkpoint=None):
-    num_iterations = args.total_timesteps // (args.num_envs * args.num_steps)  # one batch an iteration
+    num_envs = columns(args)  # the rollout's columns: a sub-env each, or an agent of each game (ManyAgents)
+    num_iterations = args.total_timesteps // (num_envs * args.num_steps)  # one batch an iteration
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1  # a resumed run goes on after its checkpoint
     run = Run(args, checkpoint, start_iteration, num_iterations)  # run safety (below): folder, logs, checkpoints
     torch.manual_seed(args.seed)
@@ -368,25 +374,25 @@ def train(args, checkpoint=None):
     torch.set_num_threads(torch_threads(envs.single_observation_space))  # (Capabilities) every core for a Nature CNN
     agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
-    reward_scaler = RewardScaler(args.num_envs, args.gamma)  # (Capabilities) --norm-reward, on with memory
+    reward_scaler = RewardScaler(num_envs, args.gamma)  # (Capabilities) --norm-reward, on with memory
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
     state = {"model": agent, "optimizer": optimizer, "return_rms": reward_scaler.return_rms}
 
     # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
-    obs = np.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape,
+    obs = np.zeros((args.num_steps, num_envs) + envs.single_observation_space.shape,
                    dtype=buffer_dtype(envs.single_observation_space))  # (Capabilities) images stay uint8
-    actions = np.zeros((args.num_steps, args.num_envs, len(agent.parts)), dtype=np.int64)  # an index into each part
-    masks = np.ones((args.num_steps, args.num_envs, sum(agent.parts)), dtype=bool)  # the valid actions at each step
-    logprobs, rewards, terminations, dones, valid = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    actions = np.zeros((args.num_steps, num_envs, len(agent.parts)), dtype=np.int64)  # an index into each part
+    masks = np.ones((args.num_steps, num_envs, sum(agent.parts)), dtype=bool)  # the valid actions at each step
+    logprobs, rewards, terminations, dones, valid = (np.zeros((args.num_steps, num_envs), dtype=np.float32)
                                                      for _ in range(5))
 
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
-        global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
+        global_step = (start_iteration - 1) * num_envs * args.num_steps  # environment steps so far
         next_obs, infos = envs.reset(seed=seed)
-        next_reset = np.zeros(args.num_envs, dtype=np.float32)  # the engine reset no sub-env before the first step
+        next_reset = np.zeros(num_envs, dtype=np.float32)  # the engine reset no sub-env before the first step
         masked = args.action_mask and "action_mask" in infos  # (Capabilities) the env's invalid-action masks
         next_mask = action_mask(infos, sum(agent.parts), next_reset)
-        memory_state = agent.initial_state(args.num_envs)  # the memory's (--recurrent), carried from step to step
+        memory_state = agent.initial_state(num_envs)  # the memory's (--recurrent), carried from step to step
         for iteration in range(start_iteration, num_iterations + 1):
             coefs = coefficients(args, iteration, num_iterations)  # detail 4: the learning rate annealed linearly
             optimizer.param_groups[0]["lr"] = coefs["learning_rate"]
@@ -394,7 +400,7 @@ def train(args, checkpoint=None):
 
             # Rollout: num_steps steps in every sub-environment with the current policy.
             for step in range(args.num_steps):
-                global_step += args.num_envs
+                global_step += num_envs
                 obs[step] = next_obs
                 # NEXT_STEP autoreset: the step after an episode ended only resets that sub-env (action ignored,
                 # reward 0). It is not a real transition, so it gets valid = 0 and no weight in the update.
@@ -425,9 +431,9 @@ def train(args, checkpoint=None):
             # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row. With memory, under
             # the state that reached each row: a truncated episode's final observation under its episode's state.
             rollout_obs, rollout_valid = torch.from_numpy(obs).to(device), torch.from_numpy(valid).to(device)
-            values = torch.zeros((args.num_steps, args.num_envs), device=device)
+            values = torch.zeros((args.num_steps, num_envs), device=device)
             with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
-                for group in torch.arange(args.num_envs).tensor_split(min(args.num_minibatches, args.num_envs)):
+                for group in torch.arange(num_envs).tensor_split(min(args.num_minibatches, num_envs)):
                     hidden, _ = agent.remember(rollout_obs[:, group], start_memory_state[group],
                                                rollout_valid[:, group])
                     values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
@@ -476,7 +482,7 @@ def train(args, checkpoint=None):
     return run.checkpoint_path
 
 
-# ==================== Capabilities: images and Atari, Dict observations, multi-part actions and masks, memory, video =
+# ==================== Capabilities: images and Atari, Dicts, multi-part actions and masks, memory, many agents ===
 
 # The defaults tables: flags not given follow the env (env_defaults, applied before the arguments are checked).
 IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
@@ -559,7 +565,10 @@ class AtariTraining(gym.vector.VectorWrapper):
 
 
 def engine_resets(done, infos):
-    """Where the engine resets a sub-env: where an episode ended, except at Atari's lost life (AtariTraining)."""
+    """Where the next row is not a transition: where the engine resets a sub-env, as an episode ended, except at Atari's
+    lost life (AtariTraining); with many agents also an agent's rows after it left, until its game ends (ManyAgents)."""
+    if "left" in infos:
+        return np.maximum(done, infos["left"])
     return done * (1.0 - infos["life_lost"]) if "life_lost" in infos else done
 
 
@@ -862,6 +871,138 @@ class StreamedVideo(gym.wrappers.RecordVideo):
         self.recording = False
 
 
+# Many agents: PettingZoo's parallel games, every agent of every game a column of the rollout, one policy for all.
+def env_module(env_id):
+    """The module that --env-id imports: the one before a colon (module:Id), or one named alone (a PettingZoo env's,
+    mpe2.simple_spread_v3, or one of yours with a parallel_env() function); None for gymnasium's own ids."""
+    if ":" in env_id:
+        return env_id.split(":")[0]
+    return env_id if env_id not in gym.registry and re.fullmatch(r"[A-Za-z_][\w.]*", env_id) else None
+
+
+def parallel_games(env_id):
+    """The module of PettingZoo's games that --env-id names, imported; None for gymnasium's ids and module:Id."""
+    if ":" in env_id or not env_module(env_id):
+        return None
+    with contextlib.suppress(ImportError, ValueError):  # a dotted name whose package is missing
+        return importlib.import_module(env_id) if importlib.util.find_spec(env_id) else None
+    return None
+
+
+def columns(args):
+    """The rollout's columns: one per sub-env, or with PettingZoo's games one per agent of each (the game made once)."""
+    module = parallel_games(args.env_id)
+    if module is None or not hasattr(module, "parallel_env"):
+        return args.num_envs
+    game = module.parallel_env(**json.loads(args.env_kwargs))
+    agents = len(game.possible_agents)
+    game.close()
+    return args.num_envs * agents
+
+
+class ManyAgents(gym.vector.VectorEnv):
+    """`games` PettingZoo parallel games as one vector env of a column per agent of each, autoreset as gymnasium's
+    NEXT_STEP. An agent that has left (terminated or truncated before the others) keeps its column until its game
+    ends: info "left" marks those rows, which engine_resets makes rows without weight, as a reset row is. When no
+    agent is left, the next step starts the game again (a reset row for each of its columns). Each agent's episode goes
+    to the info as RecordEpisodeStatistics gives it ("episode"), the team's (the sum over a game's agents) as
+    "team_episode" at the game's first column. A Dict observation's "action_mask" goes to the info (as Taxi-v4's);
+    --agent-id puts a one-hot of the agent's index beside its observation."""
+
+    mask_source = "each agent's 'action_mask' entry"
+
+    def __init__(self, args, games):
+        module = parallel_games(args.env_id)
+        self.games = [module.parallel_env(**json.loads(args.env_kwargs)) for _ in range(games)]
+        game = self.games[0]
+        self.agents = list(game.possible_agents)
+        spaces = {(str(game.observation_space(agent)), str(game.action_space(agent))) for agent in self.agents}
+        if len(spaces) > 1:
+            raise ValueError(f"its agents' spaces differ ({', '.join(sorted(map(str, spaces)))}); one policy needs one "
+                             "observation and one action space (pad them to one in a wrapper)")
+        space = game.observation_space(self.agents[0])
+        self.masked = isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces
+        space = space["observation"] if self.masked else space
+        self.ids = np.eye(len(self.agents), dtype=np.float32) if args.agent_id else None
+        if args.agent_id:
+            space = gym.spaces.Dict({"observation": space, "agent_id": gym.spaces.Box(0, 1, self.ids[0].shape)})
+        self.num_envs, self.single_observation_space = games * len(self.agents), space
+        self.single_action_space = game.action_space(self.agents[0])
+        self.observation_space = gym.vector.utils.batch_space(space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+        self.obs, self.masks = [None] * self.num_envs, [None] * self.num_envs
+        self.left = np.zeros(self.num_envs, dtype=bool)
+        self.returns, self.lengths = np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=np.int64)
+
+    def reset(self, seed=None, options=None):
+        for g in range(len(self.games)):
+            self.start(g, None if seed is None else seed + g)
+        return self.observations(), self.infos({})
+
+    def start(self, g, seed):
+        observations, _ = self.games[g].reset(seed=seed)
+        for i, agent in enumerate(self.agents):
+            self.observe(g * len(self.agents) + i, observations[agent])
+        self.left[g * len(self.agents): (g + 1) * len(self.agents)] = False
+
+    def observe(self, column, observation):
+        self.obs[column] = observation["observation"] if self.masked else observation
+        self.masks[column] = observation["action_mask"] if self.masked else None
+        self.returns[column], self.lengths[column] = 0.0, 0
+
+    def step(self, actions):
+        n, infos = len(self.agents), {}
+        rewards = np.zeros(self.num_envs)
+        terminated, truncated = np.zeros(self.num_envs, dtype=bool), np.zeros(self.num_envs, dtype=bool)
+        for g, game in enumerate(self.games):
+            playing = range(g * n, (g + 1) * n)
+            if self.left[playing].all():  # the game ended at the last step: this one starts it again
+                self.start(g, None)
+                continue
+            acting = {agent: actions[c] for agent, c in zip(self.agents, playing) if not self.left[c]}
+            observations, reward, terminations, truncations, _ = game.step(acting)
+            for agent, c in zip(self.agents, playing):
+                if agent not in acting:
+                    continue
+                self.obs[c], rewards[c] = observations[agent], reward[agent]
+                if self.masked:
+                    self.obs[c], self.masks[c] = observations[agent]["observation"], observations[agent]["action_mask"]
+                terminated[c], truncated[c] = terminations[agent], truncations[agent]
+                self.returns[c], self.lengths[c] = self.returns[c] + reward[agent], self.lengths[c] + 1
+                if terminated[c] or truncated[c]:
+                    self.add(infos, "episode", c, self.returns[c], self.lengths[c])
+                    self.left[c] = True
+            if self.left[playing].all():
+                self.add(infos, "team_episode", g * n, self.returns[playing].sum(), self.lengths[playing].max())
+        return self.observations(), rewards, terminated, truncated, self.infos(infos)
+
+    def add(self, infos, key, column, episode_return, length):
+        if key not in infos:
+            infos[key] = {"r": np.zeros(self.num_envs), "l": np.zeros(self.num_envs, dtype=np.int64)}
+            infos["_" + key] = np.zeros(self.num_envs, dtype=bool)
+        infos[key]["r"][column], infos[key]["l"][column], infos["_" + key][column] = episode_return, length, True
+
+    def observations(self):
+        observations = [{"observation": obs, "agent_id": self.ids[c % len(self.agents)]} if self.ids is not None
+                        else obs for c, obs in enumerate(self.obs)]
+        return gym.vector.utils.concatenate(self.single_observation_space, observations,
+                                            gym.vector.utils.create_empty_array(self.single_observation_space,
+                                                                                self.num_envs))
+
+    def infos(self, infos):
+        infos["left"] = self.left.copy()
+        if self.masked:
+            infos["action_mask"] = np.stack([np.ones_like(self.masks[0]) if mask is None else mask
+                                             for mask in self.masks])
+            infos["_action_mask"] = np.ones(self.num_envs, dtype=bool)
+        return infos
+
+    def close(self, **kwargs):
+        for game in self.games:
+            game.close()
+
+
 # ==================== Run safety: nothing below changes what PPO computes ====================
 # The contract: a change to the core never needs an edit here. Run safety names only the run's own settings (env, seed,
 # steps and batch shape, checkpoints, evaluation, logging, device). A new Args field is checked finite (its own checks:
@@ -885,7 +1026,7 @@ def fail(message):
 
 def command(args, flag, checkpoint_path, *more):
     """The command on a checkpoint (flag: --resume or --eval-checkpoint), with --env-id for an env from a module."""
-    env = ["--env-id", args.env_id] if ":" in args.env_id else []
+    env = ["--env-id", args.env_id] if env_module(args.env_id) else []
     return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
 
 
@@ -910,7 +1051,7 @@ def check_args(args, observations=None):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     if observations is None:  # the env's own problems are named before any complaint about sizes
         observations = check_env(args, env_kwargs_of(args))
-    batch = args.num_envs * args.num_steps
+    batch = columns(args) * args.num_steps
     for ok, message in [
         *[(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}") for name
           in ("total_timesteps", "num_envs", "num_steps", "eval_episodes", "eval_max_steps")],
@@ -940,8 +1081,14 @@ def check_env(args, env_kwargs):
     atari = registered_id(args.env_id).startswith("ALE/")
     if atari and not (importlib.util.find_spec("ale_py") and importlib.util.find_spec("cv2")):
         fail(f"{args.env_id} needs ale-py and OpenCV: pip install ale-py==0.12.1 opencv-python-headless==5.0.0.93")
+    games = parallel_games(args.env_id)
+    if games and not hasattr(games, "parallel_env"):  # PettingZoo's AEC envs have env() only
+        fail(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() returns "
+             "pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
+    if games and args.capture_video:
+        fail("--capture-video does not film PettingZoo's games yet: drop it")
     try:
-        if args.env_backend == "envpool":  # the engine's own spaces: EnvPool has ids that gymnasium does not know
+        if args.env_backend == "envpool" or games:  # the engine's own spaces (EnvPool has ids gymnasium does not know)
             env = make_envs(args, 1, None, args.seed).unwrapped  # unwrapped: the spaces before they are flattened
         else:
             rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
@@ -1022,7 +1169,7 @@ def load_checkpoint(path):
         fail(f"{path} is damaged: wrong type of {', '.join(wrong)}")
     steps = checkpoint["iteration"] * checkpoint["args"].get("num_envs", 0) * checkpoint["args"].get("num_steps", 0)
     named = re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", checkpoint["run_name"])  # a name, never a path
-    if not named or not 0 < steps == checkpoint["global_step"]:
+    if not named or not 0 < steps <= checkpoint["global_step"] or checkpoint["global_step"] % steps:  # many agents
         fail(f"{path} is damaged: its run name or step counters are not those of a run")
     if not all(torch.isfinite(value).all() for value in checkpoint["model"].values() if torch.is_tensor(value)):
         fail(f"{path} holds non-finite weights")
@@ -1065,7 +1212,7 @@ def parse_args():
         args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
         for name in sorted(known - set(saved)):  # new in this file (or in this script since the checkpoint)
             print(f"note: the checkpoint has no setting {name}: {getattr(args, name)!r} applies")
-        if ":" in args.env_id and args.env_id != command_line_env:  # gym.make would import the module before the colon
+        if env_module(args.env_id) and args.env_id != command_line_env:  # making the env would import that module
             fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
     observations = check_env(args, env_kwargs_of(args))  # the env first: what it gives may change the defaults
     if not checkpoint:  # a resumed run keeps its settings
@@ -1113,9 +1260,10 @@ class CheckedEnvs(gym.vector.VectorWrapper):
     def check_mask(self, infos, ended):
         """An action mask has an entry for each value of each part, and leaves each part a valid value."""
         if not self.masks_said:
-            env = self.env.unwrapped.envs[0]  # ActionMasks is in the sub-envs
-            given = env.has_wrapper_attr("mask_source")
-            source = env.get_wrapper_attr("mask_source") if given else "the info's 'action_mask'"
+            env = self.env.unwrapped
+            env = env.envs[0] if hasattr(env, "envs") else env  # ActionMasks is in gymnasium's sub-envs
+            wrapped = isinstance(env, gym.Env) and env.has_wrapper_attr("mask_source")  # (ManyAgents: its own)
+            source = env.get_wrapper_attr("mask_source") if wrapped else getattr(env, "mask_source", "the info's mask")
             print(f"action masks: from {source}{'' if self.use_masks else ', ignored (--no-action-mask)'}")
             self.masks_said = True
         if not self.use_masks:  # ignored, so not checked either
@@ -1135,7 +1283,7 @@ class Run:
     """One start of a run: its folder (locked), TensorBoard, progress, checkpoints, signals, the fault rule."""
 
     def __init__(self, args, checkpoint, start_iteration, num_iterations):
-        self.args, self.checkpoint, batch = args, checkpoint, args.num_envs * args.num_steps
+        self.args, self.checkpoint, batch = args, checkpoint, columns(args) * args.num_steps
         self.num_iterations, self.total_timesteps = num_iterations, num_iterations * batch
         self.global_step = (start_iteration - 1) * batch  # the last complete iteration's step, said by every message
         saved = checkpoint["args"] if checkpoint else asdict(args)
@@ -1237,11 +1385,13 @@ class Run:
         raise error  # neither the env's nor the disk's fault: show where it happened
 
     def log_episodes(self, infos, global_step):
-        """The raw return and length of each episode that ended in a step (gymnasium's RecordEpisodeStatistics)."""
-        for i in np.flatnonzero(infos["_episode"]) if "episode" in infos else []:
-            self.recent_returns.append(float(infos["episode"]["r"][i]))
-            self.writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
-            self.writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+        """The raw return and length of each episode that ended in a step (gymnasium's RecordEpisodeStatistics), and
+        of each team's where an env gives "team_episode" too (many agents: the sum over a game's agents)."""
+        for key, chart in (("episode", "charts/episodic"), ("team_episode", "charts/team_episodic")):
+            for i in np.flatnonzero(infos["_" + key]) if key in infos else []:
+                self.writer.add_scalar(f"{chart}_return", infos[key]["r"][i], global_step)
+                self.writer.add_scalar(f"{chart}_length", infos[key]["l"][i], global_step)
+        self.recent_returns.extend(infos["episode"]["r"][infos["_episode"]].tolist() if "episode" in infos else [])
 
     def end_iteration(self, iteration, global_step, charts, losses):
         """Keep this iteration's state, log, show progress, and checkpoint when it is time (or a signal came)."""
@@ -1333,30 +1483,32 @@ def evaluate(args, checkpoint):
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, args.seed, film_first=args.eval_episodes, training=False)
+    columns = envs.num_envs  # 1, or every agent of one game (ManyAgents): the return is an agent's mean
     agent = Agent(envs, args)
     restore(checkpoint, {"model": agent}, args.env_id)
     episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, infos = envs.reset(seed=args.seed)
-    memory_state = agent.initial_state(1)  # the memory's, carried through each episode
+    memory_state = agent.initial_state(columns)  # the memory's, carried through each episode
     while len(episodic_returns) < args.eval_episodes:
         obs = torch.from_numpy(next_obs[None].astype(buffer_dtype(envs.single_observation_space)))  # as in training
         given = envs.use_masks and "action_mask" in infos  # as training uses them
-        mask = torch.from_numpy(action_mask(infos, sum(agent.parts), np.zeros(1))) if given else None
+        mask = torch.from_numpy(action_mask(infos, sum(agent.parts), np.zeros(columns))) if given else None
         with torch.no_grad():
             hidden, memory_state = agent.remember(obs, memory_state)
             action = agent.policy(hidden, mask=mask, deterministic=not args.eval_sample)[0]
         next_obs, reward, terminated, truncated, infos = envs.step(env_actions(envs, action.numpy()))
-        episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
-        if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
+        episode_return, episode_length = episode_return + float(reward.mean()), episode_length + 1
+        ended = engine_resets(np.logical_or(terminated, truncated), infos).all()  # every agent has left
+        if ended or episode_length == args.eval_max_steps:
             episodic_returns.append(episode_return)
             video = f", {video_folder}/rl-video-episode-{len(episodic_returns) - 1}.mp4" if args.capture_video else ""
-            cut = "" if terminated[0] or truncated[0] else f" (cut at --eval-max-steps {args.eval_max_steps})"
+            cut = "" if ended else f" (cut at --eval-max-steps {args.eval_max_steps})"
             print(f"episode {len(episodic_returns)}: return {episode_return:.2f}, {episode_length} steps{cut}{video}",
                   flush=True)
             episode_return, episode_length = 0.0, 0
             if len(episodic_returns) < args.eval_episodes:  # the next episode starts at once, whatever the autoreset
                 next_obs, infos = envs.reset()
-                memory_state = agent.initial_state(1)
+                memory_state = agent.initial_state(columns)
     envs.close()
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over "
           f"{args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "

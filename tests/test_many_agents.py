@@ -1,0 +1,160 @@
+"""Many agents (issue 90): PettingZoo's parallel games, a column of the rollout per agent of each game, one policy.
+Tiny games of our own (no PettingZoo needed): a relay whose second runner leaves early, twins told apart by their id
+alone, an AEC-only module and agents whose spaces differ."""
+
+import glob
+import importlib.util
+import os
+
+import numpy as np
+import pytest
+from conftest import run_main, scalars
+
+import ppo_discrete
+
+GAMES = '''
+import gymnasium as gym
+import numpy as np
+
+
+class Relay:
+    """runner_1 leaves (terminated) after `short` steps, runner_0 runs to the time limit `long` (truncated); runner_i
+    is paid i + 1 a step, so that every real step pays 1 or more. The observation: the step count."""
+
+    def __init__(self, short=2, long=5):
+        self.possible_agents, self.short, self.long = ["runner_0", "runner_1"], short, long
+
+    def observation_space(self, agent):
+        return gym.spaces.Box(0, 100, (1,), np.float32)
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(2)
+
+    def reset(self, seed=None, options=None):
+        self.t, self.agents = 0, list(self.possible_agents)
+        return {a: np.zeros(1, np.float32) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        assert sorted(actions) == sorted(self.agents), "an agent that left was asked to act"
+        self.t += 1
+        rewards = {a: float(self.possible_agents.index(a) + 1) for a in actions}
+        terminations = {a: a == "runner_1" and self.t == self.short for a in actions}
+        truncations = {a: a == "runner_0" and self.t == self.long for a in actions}
+        self.agents = [a for a in self.agents if not (terminations[a] or truncations[a])]
+        return ({a: np.full(1, self.t, np.float32) for a in actions}, rewards, terminations, truncations,
+                {a: {} for a in actions})
+
+    def close(self):
+        pass
+
+
+class Twins(Relay):
+    """One step: both see the same zeros; twin i is paid 1 for action i. Only an agent id tells them apart."""
+
+    def __init__(self):
+        self.possible_agents = ["twin_0", "twin_1"]
+
+    def step(self, actions):
+        self.agents = []
+        return ({a: np.zeros(1, np.float32) for a in actions},
+                {a: float(actions[a] == self.possible_agents.index(a)) for a in actions},
+                {a: True for a in actions}, {a: False for a in actions}, {a: {} for a in actions})
+
+
+class Mixed(Relay):
+    def action_space(self, agent):
+        return gym.spaces.Discrete(2 if agent == "runner_0" else 3)
+'''
+
+
+@pytest.fixture
+def games(tmp_path, monkeypatch):
+    """Modules relay, twins, mixed (parallel_env() each) and aec_only (env() only) on the path; runs land in tmp."""
+    for name, kind in (("relay", "Relay"), ("twins", "Twins"), ("mixed", "Mixed")):
+        (tmp_path / f"{name}.py").write_text(f"{GAMES}\n\ndef parallel_env(**kwargs):\n    return {kind}(**kwargs)\n")
+    (tmp_path / "aec_only.py").write_text("def env():\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_an_agent_that_left_keeps_its_column_in_rows_without_weight_until_its_game_ends(games):
+    """Two relays, four columns: runner_1's rows after its step 2 and every row of a restart weigh nothing; each agent's
+    episode and the team's are reported once, as RecordEpisodeStatistics reports them."""
+    envs = ppo_discrete.make_envs(ppo_discrete.Args(env_id="relay"), 2, None, 1)
+    assert envs.num_envs == 4 and envs.single_observation_space.shape == (3,)  # the id (2) beside the count (1)
+    obs, infos = envs.reset(seed=1)
+    assert obs[:, :2].tolist() == [[1, 0], [0, 1], [1, 0], [0, 1]]  # agent ids, one-hot, game by game
+    valid, episodes, teams, next_reset = [], [], [], np.zeros(4)
+    for _ in range(7):
+        valid.append(1 - next_reset)
+        obs, reward, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
+        next_reset = ppo_discrete.engine_resets(np.logical_or(terminated, truncated).astype(np.float32), infos)
+        assert ((reward > 0) == (valid[-1] > 0)).all(), "a real step pays, a row without weight does not"
+        episodes += [(i, infos["episode"]["r"][i], infos["episode"]["l"][i]) for i in np.flatnonzero(infos.get(
+            "_episode", []))]
+        teams += [(i, infos["team_episode"]["r"][i]) for i in np.flatnonzero(infos.get("_team_episode", []))]
+    assert np.array(valid)[:, 1].tolist() == [1, 1, 0, 0, 0, 0, 1]  # runner_1: 2 steps, 3 waiting, the restart, on
+    assert np.array(valid)[:, 0].tolist() == [1, 1, 1, 1, 1, 0, 1]  # runner_0: 5 steps, the restart, on
+    assert episodes == [(1, 4.0, 2), (3, 4.0, 2), (0, 5.0, 5), (2, 5.0, 5)]
+    assert teams == [(0, 9.0), (2, 9.0)]  # 5 x 1 + 2 x 2, at each game's first column
+    envs.close()
+
+
+def test_the_update_gives_no_weight_to_a_departed_agents_rows_and_steps_count_rows(games, monkeypatch):
+    kept = []
+    real_transitions = ppo_discrete.real_transitions
+
+    def spy(valid, **rollout):
+        kept.append((valid.copy(), rollout["advantages"].copy()))
+        return real_transitions(valid, **rollout)
+
+    monkeypatch.setattr(ppo_discrete, "real_transitions", spy)
+    args = ppo_discrete.Args(env_id="relay", num_envs=2, num_steps=16, num_minibatches=2, total_timesteps=128)
+    path = ppo_discrete.train(args)
+    rewards = scalars(os.path.dirname(path))
+    assert len(kept) == 2 and all(valid.shape == (16, 4) for valid, _ in kept)  # 2 x 2 columns x 16 steps = 64 rows
+    assert [valid[:, 1].sum() for valid, _ in kept] == [6, 6]  # runner_1: 2 real steps in each 6-step game (16 rows)
+    assert ppo_discrete.load_checkpoint(path)["global_step"] == 128
+    assert [value for _, value in rewards["charts/team_episodic_return"]][:2] == [9.0, 9.0]
+    assert set(value for _, value in rewards["charts/episodic_return"]) == {4.0, 5.0}
+
+
+@pytest.mark.parametrize("agent_id", [True, False], ids=["with the id", "without"])
+def test_an_agent_id_tells_agents_with_the_same_observation_apart(games, agent_id, monkeypatch, capsys):
+    flags = ["--env-id", "twins", "--num-envs", "8", "--num-steps", "32", "--total-timesteps", "4096"]
+    assert run_main(ppo_discrete, flags + ([] if agent_id else ["--no-agent-id"]), monkeypatch) == 0
+    checkpoint = glob.glob("runs/*/checkpoint.pt")[0]
+    assert run_main(ppo_discrete, ["--eval-checkpoint", checkpoint, "--env-id", "twins", "--eval-episodes", "4"],
+                    monkeypatch) == 0
+    mean = float(capsys.readouterr().out.split("mean return ")[1].split(" ")[0])
+    assert mean == 1.0 if agent_id else mean == 0.5  # deterministic: without the id both twins take one action
+
+
+def test_a_run_of_many_agents_resumes_and_extends(games, monkeypatch, capsys):
+    flags = ["--env-id", "relay", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2"]
+    assert run_main(ppo_discrete, flags + ["--total-timesteps", "128"], monkeypatch) == 0
+    checkpoint = glob.glob("runs/*/checkpoint.pt")[0]
+    assert run_main(ppo_discrete, ["--resume", checkpoint, "--env-id", "relay", "--total-timesteps", "256"],
+                    monkeypatch) == 0
+    assert ppo_discrete.load_checkpoint(checkpoint)["global_step"] == 256
+    assert "extend with:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("env_id, said", [
+    ("aec_only", "aec_only has no parallel_env(): for an AEC env, write a module whose parallel_env() returns"),
+    ("mixed", "its agents' spaces differ"),
+])
+def test_a_game_the_script_cannot_take_gets_one_line(games, env_id, said, monkeypatch):
+    message = run_main(ppo_discrete, ["--env-id", env_id], monkeypatch)
+    assert said in message and "\n" not in message
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("mpe2"), reason="needs mpe2 (pip install mpe2==1.1.1)")
+def test_simple_spread_trains_and_evaluates_every_agent(in_tmp, monkeypatch, capsys):
+    flags = ["--env-id", "mpe2.simple_spread_v3", "--num-envs", "2", "--num-steps", "32", "--total-timesteps", "384"]
+    assert run_main(ppo_discrete, flags, monkeypatch) == 0
+    checkpoint = glob.glob("runs/*/checkpoint.pt")[0]
+    assert run_main(ppo_discrete, ["--eval-checkpoint", checkpoint, "--env-id", "mpe2.simple_spread_v3",
+                                   "--eval-episodes", "2"], monkeypatch) == 0
+    assert "25 steps" in capsys.readouterr().out  # a game of 25 cycles, every agent acting
