@@ -6,8 +6,9 @@
 Three parts, each opened by a banner line. The PPO core (Args, envs, Agent, GAE, loss, train(): the rollout, GAE and
 update as visible loops) is all that plain PPO on vectors (CartPole-v1) runs through; "detail N" names the details of
 "The 37 Implementation Details of PPO" (Huang et al., 2022). Capabilities: what the core calls only for images and
-Atari, Dict observations, multi-part actions and masks, memory, many agents (PettingZoo), the defaults tables. Run safety: checks, checkpoints,
-faults, progress, evaluation; nothing there changes what PPO computes (its banner: what it does with each change).
+Atari, Dict observations, multi-part actions and masks, memory, many agents (PettingZoo), the defaults tables. Run
+safety: checks, checkpoints, faults, progress, evaluation; nothing there changes what PPO computes (its banner: what it
+does with each change).
 Where a change goes:
 - a setting: a field of Args (its checks: check_settings); a network: Agent (Agent.log_probs reads the actor);
 - a loss term: ppo_loss (the minibatch is a dict; each statistic it returns is logged as losses/<name>);
