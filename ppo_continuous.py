@@ -6,9 +6,9 @@
 Three parts, each opened by a banner line. The PPO core (Args, envs, Agent, normalization, GAE, loss, train(): the
 rollout, GAE and update as visible loops) is all that plain PPO on vectors (MuJoCo) runs through; "detail N" names the
 details of "The 37 Implementation Details of PPO" (Huang et al., 2022), "continuous detail N" the 9 for continuous
-actions. Capabilities: what the core calls only for images, Dict observations, EnvPool, memory, the defaults table.
-Run safety: checks, checkpoints, faults, progress, evaluation; nothing there changes what PPO computes (its banner:
-what it does with each change). Where a change goes:
+actions. Capabilities: what the core calls only for images, Dict observations, EnvPool, memory, many agents
+(PettingZoo), the defaults table. Run safety: checks, checkpoints, faults, progress, evaluation; nothing there
+changes what PPO computes (its banner: what it does with each change). Where a change goes:
 - a setting: a field of Args (its checks: check_settings); a network: Agent (Agent.policy reads the actor);
 - a loss term: ppo_loss (the minibatch is a dict; each statistic it returns is logged as losses/<name>);
 - a schedule: an entry of coefficients() (logged as charts/<name>; ppo_loss reads coefs[name]);
@@ -91,7 +91,8 @@ class Args:
     """if toggled, record videos of env 0 to `videos/` (training) or of every episode (evaluation)"""
 
     env_id: str = "HalfCheetah-v5"
-    """an env id with Box actions: gymnasium's, `module:Id` (imports your module), or EnvPool's (--env-backend)"""
+    """an env id with Box actions: gymnasium's, `module:Id` (imports your module), EnvPool's (--env-backend), or a
+    PettingZoo parallel env's module (pettingzoo.sisl.multiwalker_v9: many agents, one policy)"""
     env_kwargs: str = "{}"
     """keyword arguments of gym.make as JSON, e.g. '{"continuous": true}' (LunarLander-v3)"""
     env_backend: Literal["gymnasium", "envpool"] = "gymnasium"
@@ -103,7 +104,7 @@ class Args:
     learning_rate: float = 3e-4
     """the learning rate of the optimizer"""
     num_envs: int = 8
-    """the number of parallel sub-environments"""
+    """the number of parallel sub-environments (with many agents: games, each agent of each a column of the rollout)"""
     num_steps: int = 256
     """the number of steps per sub-environment in each rollout"""
     anneal_lr: bool = True
@@ -143,6 +144,8 @@ class Args:
     sequence_length: int = 0
     """with memory, the update replays sequences of this many steps (dividing num_steps), each from its first state
     as the weights of the epoch's start compute it, no gradient through it (faster); 0: each sub-env's whole rollout"""
+    agent_id: bool = True
+    """with many agents (PettingZoo), if toggled, each agent sees its id (one-hot) beside its observation"""
 
     checkpoint_interval: int = 10
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -161,11 +164,11 @@ class Args:
 
 def check_settings(args):
     """What the algorithm cannot train with, a message each (run safety checks the run's own settings, says these)."""
-    batch, minibatches, kl = args.num_envs * args.num_steps, max(args.num_minibatches, 1), args.target_kl
+    batch, minibatches, kl = columns(args) * args.num_steps, max(args.num_minibatches, 1), args.target_kl
     return [message for ok, message in [
         *[(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}") for name
           in ("num_minibatches", "update_epochs", "hidden_size", "learning_rate", "clip_coef", "max_grad_norm")],
-        (batch % minibatches == 0 and batch // minibatches >= 2, f"the batch (num_envs x num_steps = {batch}) must "
+        (batch % minibatches == 0 and batch // minibatches >= 2, f"the batch (columns x num_steps = {batch}) must "
          f"divide into --num-minibatches {minibatches} of 2 rows or more (advantages are normalized per minibatch)"),
         (0 <= args.gamma <= 1 and 0 <= (args.gae_lambda or 0) <= 1, "--gamma and --gae-lambda must lie in [0, 1]"),
         (args.vf_coef >= 0, "--vf-coef must not be negative"),
@@ -195,6 +198,8 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None):
     # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP, as EnvPool's
     if args.env_backend == "envpool":
         envs = envpool_envs(args, num_envs, seed)  # (Capabilities) EnvPool's C++ threads step the sub-envs
+    elif parallel_games(args.env_id):
+        envs = ManyAgents(args, num_envs)  # (Capabilities) PettingZoo's games: a column for each agent of each game
     else:
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
                                                   video_folder, film_first) for i in range(num_envs)])
@@ -203,7 +208,8 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None):
         envs = DictObservations(envs)  # (Capabilities) an image beside other entries (a camera, joints): one row
     elif not image_shape(space) and not (isinstance(space, gym.spaces.Box) and len(space.shape) == 1):
         envs = gym.wrappers.vector.FlattenObservation(envs)  # Discrete: one-hot
-    envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns
+    if not isinstance(envs.unwrapped, ManyAgents):  # which keeps each agent's episodes itself
+        envs = gym.wrappers.vector.RecordEpisodeStatistics(envs)  # raw, unscaled returns
     return CheckedEnvs(envs)  # run safety (below): the env's exceptions and non-finite numbers get one line
 
 
@@ -378,7 +384,8 @@ def coefficients(args, iteration, num_iterations):
 
 
 def train(args, checkpoint=None):
-    num_iterations = args.total_timesteps // (args.num_envs * args.num_steps)  # one batch an iteration
+    num_envs = columns(args)  # the rollout's columns: a sub-env each, or an agent of each game (ManyAgents)
+    num_iterations = args.total_timesteps // (num_envs * args.num_steps)  # one batch an iteration
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1  # a resumed run goes on after its checkpoint
     run = Run(args, checkpoint, start_iteration, num_iterations)  # run safety (below): folder, logs, checkpoints
     torch.manual_seed(args.seed)
@@ -394,23 +401,23 @@ def train(args, checkpoint=None):
     agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     obs_rms = RunningMeanStd(shape=space.shape if floats is None else (floats,))
-    reward_scaler = RewardScaler(args.num_envs, args.gamma)
+    reward_scaler = RewardScaler(num_envs, args.gamma)
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
     state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
 
     # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
-    obs = np.zeros((args.num_steps, args.num_envs) + space.shape, dtype=buffer_dtype(space))  # images stay uint8
-    actions = np.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape, dtype=np.float32)
-    logprobs, rewards, terminations, dones, valid = (np.zeros((args.num_steps, args.num_envs), dtype=np.float32)
+    obs = np.zeros((args.num_steps, num_envs) + space.shape, dtype=buffer_dtype(space))  # images stay uint8
+    actions = np.zeros((args.num_steps, num_envs) + envs.single_action_space.shape, dtype=np.float32)
+    logprobs, rewards, terminations, dones, valid = (np.zeros((args.num_steps, num_envs), dtype=np.float32)
                                                      for _ in range(5))
     low, high = envs.single_action_space.low, envs.single_action_space.high
 
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
-        global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
+        global_step = (start_iteration - 1) * num_envs * args.num_steps  # environment steps so far
         next_obs, _ = envs.reset(seed=seed)
         next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
-        next_done = np.zeros(args.num_envs, dtype=np.float32)
-        memory_state = agent.initial_state(args.num_envs)  # the memory's (--recurrent), carried from step to step
+        next_reset = np.zeros(num_envs, dtype=np.float32)  # no sub-env reset before the first step
+        memory_state = agent.initial_state(num_envs)  # the memory's (--recurrent), carried from step to step
         for iteration in range(start_iteration, num_iterations + 1):
             coefs = coefficients(args, iteration, num_iterations)  # detail 4: the learning rate annealed linearly
             optimizer.param_groups[0]["lr"] = coefs["learning_rate"]
@@ -418,11 +425,11 @@ def train(args, checkpoint=None):
 
             # Rollout: num_steps steps in every sub-environment with the current policy.
             for step in range(args.num_steps):
-                global_step += args.num_envs
+                global_step += num_envs
                 obs[step] = next_obs
                 # NEXT_STEP autoreset: the step after an episode ended only resets that sub-env (action ignored,
                 # reward 0). It is not a real transition, so it gets valid = 0 and no weight in the update.
-                valid[step] = 1.0 - next_done
+                valid[step] = 1.0 - next_reset
                 with torch.no_grad():
                     # the state is zeroed after an autoreset row, which read the final observation of an episode
                     hidden, memory_state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device),
@@ -435,6 +442,7 @@ def train(args, checkpoint=None):
                 # continuous detail 5: the env gets the action clipped to its bounds; the buffer keeps the sampled one
                 next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], low, high))
                 next_done = np.logical_or(terminated, truncated).astype(np.float32)
+                next_reset = engine_resets(next_done, infos)  # (Capabilities) and rows after an agent left its game
                 next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
                 if args.norm_reward:
                     reward = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
@@ -447,14 +455,14 @@ def train(args, checkpoint=None):
             # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row. With memory, under
             # the state that reached each row: a truncated episode's final observation under its episode's state.
             rollout_obs, rollout_valid = torch.from_numpy(obs).to(device), torch.from_numpy(valid).to(device)
-            values = torch.zeros((args.num_steps, args.num_envs), device=device)
+            values = torch.zeros((args.num_steps, num_envs), device=device)
             with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
-                for group in torch.arange(args.num_envs).tensor_split(min(args.num_minibatches, args.num_envs)):
+                for group in torch.arange(num_envs).tensor_split(min(args.num_minibatches, num_envs)):
                     hidden, _ = agent.remember(rollout_obs[:, group], start_memory_state[group],
                                                rollout_valid[:, group])
                     values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
                 hidden, _ = agent.remember(torch.from_numpy(next_obs[None]).to(device), memory_state)
-                next_value = agent.critic(hidden).view(1, args.num_envs)
+                next_value = agent.critic(hidden).view(1, num_envs)
             next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
                                             args.gae_lambda)
@@ -497,7 +505,7 @@ def train(args, checkpoint=None):
     return run.checkpoint_path
 
 
-# ==================== Capabilities: images, Dict observations, EnvPool, memory, the defaults table, video =============
+# ==================== Capabilities: images, Dict observations, EnvPool, memory, many agents, the defaults, video ===
 
 # The defaults table: flags not given follow the env (env_defaults, applied before the arguments are checked).
 IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
@@ -774,6 +782,139 @@ class StreamedVideo(gym.wrappers.RecordVideo):
         self.recording = False
 
 
+# Many agents: PettingZoo's parallel games, every agent of every game a column of the rollout, one policy for all.
+def env_module(env_id):
+    """The module that --env-id imports: the one before a colon (module:Id), or one named alone (a PettingZoo env's,
+    mpe2.simple_spread_v3, or one of yours with a parallel_env() function); None for gymnasium's own ids."""
+    if ":" in env_id:
+        return env_id.split(":")[0]
+    return env_id if env_id not in gym.registry and re.fullmatch(r"[A-Za-z_][\w.]*", env_id) else None
+
+
+def parallel_games(env_id):
+    """The module of PettingZoo's games that --env-id names, imported; None for gymnasium's ids and module:Id."""
+    if ":" in env_id or not env_module(env_id):
+        return None
+    with contextlib.suppress(ImportError, ValueError):  # a dotted name whose package is missing
+        return importlib.import_module(env_id) if importlib.util.find_spec(env_id) else None
+    return None
+
+
+def make_game(args):
+    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The old environment creation API", DeprecationWarning)
+        return parallel_games(args.env_id).parallel_env(**json.loads(args.env_kwargs))
+
+
+def columns(args):
+    """The rollout's columns: one per sub-env, or with PettingZoo's games one per agent of each (the game made once)."""
+    module = parallel_games(args.env_id)
+    if module is None or not hasattr(module, "parallel_env"):
+        return args.num_envs
+    game = make_game(args)
+    agents = len(game.possible_agents)
+    game.close()
+    return args.num_envs * agents
+
+
+class ManyAgents(gym.vector.VectorEnv):
+    """`games` PettingZoo parallel games as one vector env of a column per agent of each, autoreset as gymnasium's
+    NEXT_STEP. An agent that has left (terminated or truncated before the others) keeps its column until its game
+    ends: info "left" marks those rows, which engine_resets makes rows without weight, as a reset row is. When no
+    agent is left, the next step starts the game again (a reset row for each of its columns). Each agent's episode goes
+    to the info as RecordEpisodeStatistics gives it ("episode"), the team's (the sum over a game's agents) as
+    "team_episode" at the game's first column. --agent-id puts a one-hot of the
+    agent's index beside its observation."""
+
+    def __init__(self, args, games):
+        self.games = [make_game(args) for _ in range(games)]
+        game = self.games[0]
+        self.agents = list(game.possible_agents)
+        spaces = {(str(game.observation_space(agent)), str(game.action_space(agent))) for agent in self.agents}
+        if len(spaces) > 1:
+            raise ValueError(f"its agents' spaces differ ({', '.join(sorted(map(str, spaces)))}); one policy needs one "
+                             "observation and one action space (pad them to one in a wrapper)")
+        space = game.observation_space(self.agents[0])
+        self.ids = np.eye(len(self.agents), dtype=np.float32) if args.agent_id else None
+        if args.agent_id:
+            space = gym.spaces.Dict({"observation": space, "agent_id": gym.spaces.Box(0, 1, self.ids[0].shape)})
+        self.num_envs, self.single_observation_space = games * len(self.agents), space
+        self.single_action_space = game.action_space(self.agents[0])
+        self.observation_space = gym.vector.utils.batch_space(space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
+        self.obs = [None] * self.num_envs
+        self.left = np.zeros(self.num_envs, dtype=bool)
+        self.returns, self.lengths = np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=np.int64)
+
+    def reset(self, seed=None, options=None):
+        for g in range(len(self.games)):
+            self.start(g, None if seed is None else seed + g)
+        return self.observations(), self.infos({})
+
+    def start(self, g, seed):
+        observations, _ = self.games[g].reset(seed=seed)
+        for i, agent in enumerate(self.agents):
+            self.observe(g * len(self.agents) + i, observations[agent])
+        self.left[g * len(self.agents): (g + 1) * len(self.agents)] = False
+
+    def observe(self, column, observation):
+        self.obs[column] = observation
+        self.returns[column], self.lengths[column] = 0.0, 0
+
+    def step(self, actions):
+        n, infos = len(self.agents), {}
+        rewards = np.zeros(self.num_envs)
+        terminated, truncated = np.zeros(self.num_envs, dtype=bool), np.zeros(self.num_envs, dtype=bool)
+        for g, game in enumerate(self.games):
+            playing = range(g * n, (g + 1) * n)
+            if self.left[playing].all():  # the game ended at the last step: this one starts it again
+                self.start(g, None)
+                continue
+            acting = {agent: actions[c] for agent, c in zip(self.agents, playing) if not self.left[c]}
+            observations, reward, terminations, truncations, _ = game.step(acting)
+            for agent, c in zip(self.agents, playing):
+                if agent not in acting:
+                    continue
+                self.obs[c], rewards[c] = observations[agent], reward[agent]
+                terminated[c], truncated[c] = terminations[agent], truncations[agent]
+                self.returns[c], self.lengths[c] = self.returns[c] + reward[agent], self.lengths[c] + 1
+                if terminated[c] or truncated[c]:
+                    self.add(infos, "episode", c, self.returns[c], self.lengths[c])
+                    self.left[c] = True
+            if self.left[playing].all():
+                self.add(infos, "team_episode", g * n, self.returns[playing].sum(), self.lengths[playing].max())
+        return self.observations(), rewards, terminated, truncated, self.infos(infos)
+
+    def add(self, infos, key, column, episode_return, length):
+        if key not in infos:
+            infos[key] = {"r": np.zeros(self.num_envs), "l": np.zeros(self.num_envs, dtype=np.int64)}
+            infos["_" + key] = np.zeros(self.num_envs, dtype=bool)
+        infos[key]["r"][column], infos[key]["l"][column], infos["_" + key][column] = episode_return, length, True
+
+    def observations(self):
+        observations = [{"observation": obs, "agent_id": self.ids[c % len(self.agents)]} if self.ids is not None
+                        else obs for c, obs in enumerate(self.obs)]
+        return gym.vector.utils.concatenate(self.single_observation_space, observations,
+                                            gym.vector.utils.create_empty_array(self.single_observation_space,
+                                                                                self.num_envs))
+
+    def infos(self, infos):
+        infos["left"] = self.left.copy()
+        return infos
+
+    def close(self, **kwargs):
+        for game in self.games:
+            game.close()
+
+
+def engine_resets(done, infos):
+    """Where the next row is not a transition: where an episode ended (the engine resets the sub-env); with many agents
+    also an agent's rows after it left, until its game ends (ManyAgents)."""
+    return np.maximum(done, infos["left"]) if "left" in infos else done
+
+
 # ==================== Run safety: nothing below changes what PPO computes ====================
 # The contract: a change to the core never needs an edit here. Run safety names only the run's own settings (env, seed,
 # steps and batch shape, checkpoints, evaluation, logging, device). A new Args field is checked finite (its own checks:
@@ -797,7 +938,7 @@ def fail(message):
 
 def command(args, flag, checkpoint_path, *more):
     """The command on a checkpoint (flag: --resume or --eval-checkpoint), with --env-id for an env from a module."""
-    env = ["--env-id", args.env_id] if ":" in args.env_id else []
+    env = ["--env-id", args.env_id] if env_module(args.env_id) else []
     return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
 
 
@@ -822,7 +963,7 @@ def check_args(args, observations=None):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     if observations is None:  # the env's own problems are named before any complaint about sizes
         observations = check_env(args, env_kwargs_of(args))
-    batch = args.num_envs * args.num_steps
+    batch = columns(args) * args.num_steps
     for ok, message in [
         *[(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}") for name
           in ("total_timesteps", "num_envs", "num_steps", "eval_episodes", "eval_max_steps")],
@@ -849,8 +990,14 @@ def check_env(args, env_kwargs):
         for flag, given in (("--env-kwargs", env_kwargs), ("--capture-video", args.capture_video)):
             if given:
                 fail(f"EnvPool cannot take {flag}: drop it, or use --env-backend gymnasium")
+    games = parallel_games(args.env_id)
+    if games and not hasattr(games, "parallel_env"):  # PettingZoo's AEC envs have env() only
+        fail(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() returns "
+             "pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
+    if games and args.capture_video:
+        fail("--capture-video does not film PettingZoo's games yet: drop it")
     try:
-        if args.env_backend == "envpool":  # the engine's own spaces: EnvPool has ids that gymnasium does not know
+        if args.env_backend == "envpool" or games:  # the engine's own spaces (EnvPool has ids gymnasium does not know)
             env = make_envs(args, 1, None, args.seed).unwrapped  # unwrapped: the spaces before they are flattened
         else:
             rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
@@ -894,6 +1041,9 @@ def make_failure(args, error):
         return f"{said}; is {module}.py in {os.path.dirname(os.path.abspath(__file__))} or on PYTHONPATH?"
     if isinstance(error, gym.error.NameNotFound) and envpool and args.env_id in envpool.list_all_envs():
         return f"{said}; it is one of EnvPool's envs: add --env-backend envpool"
+    if isinstance(error, gym.error.NameNotFound) and env_module(args.env_id) and not module:  # many agents' module
+        return f"{said}; no module {args.env_id} to import: install it (PettingZoo's: pip install " \
+               '"pettingzoo[sisl]==1.27.0" mpe2==1.1.1) or put it on PYTHONPATH'
     if isinstance(error, gym.error.NameNotFound) and not module:
         return f"{said}; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
     renderer = re.search(r"\begl|osmesa|glfw|opengl", " ".join([str(error), *(f.filename for f in frames)]), re.I)
@@ -934,7 +1084,7 @@ def load_checkpoint(path):
         fail(f"{path} is damaged: wrong type of {', '.join(wrong)}")
     steps = checkpoint["iteration"] * checkpoint["args"].get("num_envs", 0) * checkpoint["args"].get("num_steps", 0)
     named = re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", checkpoint["run_name"])  # a name, never a path
-    if not named or not 0 < steps == checkpoint["global_step"]:
+    if not named or not 0 < steps <= checkpoint["global_step"] or checkpoint["global_step"] % steps:  # many agents
         fail(f"{path} is damaged: its run name or step counters are not those of a run")
     model = checkpoint["model"]  # older checkpoints name the mean head actor_mean: read as the actor
     checkpoint["model"] = {re.sub(r"^actor_mean\.", "actor.", key): value for key, value in model.items()}
@@ -979,7 +1129,7 @@ def parse_args():
         args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
         for name in sorted(known - set(saved)):  # new in this file (or in this script since the checkpoint)
             print(f"note: the checkpoint has no setting {name}: {getattr(args, name)!r} applies")
-        if ":" in args.env_id and args.env_id != command_line_env:  # gym.make would import the module before the colon
+        if env_module(args.env_id) and args.env_id != command_line_env:  # making the env would import that module
             fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
     observations = check_env(args, env_kwargs_of(args))  # the env first: what it gives may change the defaults
     if not checkpoint:  # a resumed run keeps its settings
@@ -1022,7 +1172,7 @@ class Run:
     """One start of a run: its folder (locked), TensorBoard, progress, checkpoints, signals, the fault rule."""
 
     def __init__(self, args, checkpoint, start_iteration, num_iterations):
-        self.args, self.checkpoint, batch = args, checkpoint, args.num_envs * args.num_steps
+        self.args, self.checkpoint, batch = args, checkpoint, columns(args) * args.num_steps
         self.num_iterations, self.total_timesteps = num_iterations, num_iterations * batch
         self.global_step = (start_iteration - 1) * batch  # the last complete iteration's step, said by every message
         saved = checkpoint["args"] if checkpoint else asdict(args)
@@ -1124,11 +1274,13 @@ class Run:
         raise error  # neither the env's nor the disk's fault: show where it happened
 
     def log_episodes(self, infos, global_step):
-        """The raw return and length of each episode that ended in a step (gymnasium's RecordEpisodeStatistics)."""
-        for i in np.flatnonzero(infos["_episode"]) if "episode" in infos else []:
-            self.recent_returns.append(float(infos["episode"]["r"][i]))
-            self.writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
-            self.writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+        """The raw return and length of each episode that ended in a step (gymnasium's RecordEpisodeStatistics), and
+        of each team's where an env gives "team_episode" too (many agents: the sum over a game's agents)."""
+        for key, chart in (("episode", "charts/episodic"), ("team_episode", "charts/team_episodic")):
+            for i in np.flatnonzero(infos["_" + key]) if key in infos else []:
+                self.writer.add_scalar(f"{chart}_return", infos[key]["r"][i], global_step)
+                self.writer.add_scalar(f"{chart}_length", infos[key]["l"][i], global_step)
+        self.recent_returns.extend(infos["episode"]["r"][infos["_episode"]].tolist() if "episode" in infos else [])
 
     def end_iteration(self, iteration, global_step, charts, losses):
         """Keep this iteration's state, log, show progress, and checkpoint when it is time (or a signal came)."""
@@ -1221,6 +1373,7 @@ def evaluate(args, checkpoint):
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, args.seed, film_first=args.eval_episodes)
+    columns = envs.num_envs  # 1, or every agent of one game (ManyAgents): the return is an agent's mean
     agent = Agent(envs, args)
     space = envs.single_observation_space
     floats = space.floats if isinstance(space, Packed) else None
@@ -1229,24 +1382,25 @@ def evaluate(args, checkpoint):
     action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
     episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, _ = envs.reset(seed=args.seed)
-    memory_state = agent.initial_state(1)  # the memory's, carried through each episode
+    memory_state = agent.initial_state(columns)  # the memory's, carried through each episode
     while len(episodic_returns) < args.eval_episodes:
         obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, args, update=False, floats=floats)[None])
         with torch.no_grad():
             hidden, memory_state = agent.remember(obs, memory_state)
             action = agent.policy(hidden, deterministic=not args.eval_sample)[0]  # deterministic: the mean
-        next_obs, reward, terminated, truncated, _ = envs.step(np.clip(action.numpy(), action_low, action_high))
-        episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
-        if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
+        next_obs, reward, terminated, truncated, infos = envs.step(np.clip(action.numpy(), action_low, action_high))
+        episode_return, episode_length = episode_return + float(reward.mean()), episode_length + 1
+        ended = engine_resets(np.logical_or(terminated, truncated), infos).all()  # every agent has left
+        if ended or episode_length == args.eval_max_steps:
             episodic_returns.append(episode_return)
             video = f", {video_folder}/rl-video-episode-{len(episodic_returns) - 1}.mp4" if args.capture_video else ""
-            cut = "" if terminated[0] or truncated[0] else f" (cut at --eval-max-steps {args.eval_max_steps})"
+            cut = "" if ended else f" (cut at --eval-max-steps {args.eval_max_steps})"
             print(f"episode {len(episodic_returns)}: return {episode_return:.2f}, {episode_length} steps{cut}{video}",
                   flush=True)
             episode_return, episode_length = 0.0, 0
             if len(episodic_returns) < args.eval_episodes:  # the next episode starts at once, whatever the autoreset
                 next_obs, _ = envs.reset()
-                memory_state = agent.initial_state(1)
+                memory_state = agent.initial_state(columns)
     envs.close()
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over "
           f"{args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "

@@ -890,12 +890,19 @@ def parallel_games(env_id):
     return None
 
 
+def make_game(args):
+    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The old environment creation API", DeprecationWarning)
+        return parallel_games(args.env_id).parallel_env(**json.loads(args.env_kwargs))
+
+
 def columns(args):
     """The rollout's columns: one per sub-env, or with PettingZoo's games one per agent of each (the game made once)."""
     module = parallel_games(args.env_id)
     if module is None or not hasattr(module, "parallel_env"):
         return args.num_envs
-    game = module.parallel_env(**json.loads(args.env_kwargs))
+    game = make_game(args)
     agents = len(game.possible_agents)
     game.close()
     return args.num_envs * agents
@@ -913,8 +920,7 @@ class ManyAgents(gym.vector.VectorEnv):
     mask_source = "each agent's 'action_mask' entry"
 
     def __init__(self, args, games):
-        module = parallel_games(args.env_id)
-        self.games = [module.parallel_env(**json.loads(args.env_kwargs)) for _ in range(games)]
+        self.games = [make_game(args) for _ in range(games)]
         game = self.games[0]
         self.agents = list(game.possible_agents)
         spaces = {(str(game.observation_space(agent)), str(game.action_space(agent))) for agent in self.agents}
@@ -1130,6 +1136,9 @@ def make_failure(args, error):
         return f"{said}; is {module}.py in {os.path.dirname(os.path.abspath(__file__))} or on PYTHONPATH?"
     if isinstance(error, gym.error.NameNotFound) and envpool and args.env_id in envpool.list_all_envs():
         return f"{said}; it is one of EnvPool's envs: add --env-backend envpool"
+    if isinstance(error, gym.error.NameNotFound) and env_module(args.env_id) and not module:  # many agents' module
+        return f"{said}; no module {args.env_id} to import: install it (PettingZoo's: pip install " \
+               '"pettingzoo[sisl]==1.27.0" mpe2==1.1.1) or put it on PYTHONPATH'
     if isinstance(error, gym.error.NameNotFound) and not module:
         return f"{said}; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
     renderer = re.search(r"\begl|osmesa|glfw|opengl", " ".join([str(error), *(f.filename for f in frames)]), re.I)

@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 from conftest import run_main, scalars
 
+import ppo_continuous
 import ppo_discrete
+
+BOTH = [ppo_discrete, ppo_continuous]
 
 GAMES = '''
 import gymnasium as gym
@@ -19,16 +22,17 @@ import numpy as np
 
 class Relay:
     """runner_1 leaves (terminated) after `short` steps, runner_0 runs to the time limit `long` (truncated); runner_i
-    is paid i + 1 a step, so that every real step pays 1 or more. The observation: the step count."""
+    is paid i + 1 a step, so that every real step pays 1 or more. The observation: the step count. Actions: Discrete(2),
+    or with box=True a Box of one number in [-1, 1]."""
 
-    def __init__(self, short=2, long=5):
-        self.possible_agents, self.short, self.long = ["runner_0", "runner_1"], short, long
+    def __init__(self, short=2, long=5, box=False):
+        self.possible_agents, self.short, self.long, self.box = ["runner_0", "runner_1"], short, long, box
 
     def observation_space(self, agent):
         return gym.spaces.Box(0, 100, (1,), np.float32)
 
     def action_space(self, agent):
-        return gym.spaces.Discrete(2)
+        return gym.spaces.Box(-1, 1, (1,), np.float32) if self.box else gym.spaces.Discrete(2)
 
     def reset(self, seed=None, options=None):
         self.t, self.agents = 0, list(self.possible_agents)
@@ -49,21 +53,24 @@ class Relay:
 
 
 class Twins(Relay):
-    """One step: both see the same zeros; twin i is paid 1 for action i. Only an agent id tells them apart."""
+    """One step: both see the same zeros; twin i is paid 1 for action i (a Box: twin_1 for a positive number, twin_0 for
+    a negative one). Only an agent id tells them apart."""
 
-    def __init__(self):
-        self.possible_agents = ["twin_0", "twin_1"]
+    def __init__(self, box=False):
+        self.possible_agents, self.box = ["twin_0", "twin_1"], box
 
     def step(self, actions):
         self.agents = []
+        chosen = {a: int(actions[a][0] > 0) if self.box else actions[a] for a in actions}
         return ({a: np.zeros(1, np.float32) for a in actions},
-                {a: float(actions[a] == self.possible_agents.index(a)) for a in actions},
+                {a: float(chosen[a] == self.possible_agents.index(a)) for a in actions},
                 {a: True for a in actions}, {a: False for a in actions}, {a: {} for a in actions})
 
 
 class Mixed(Relay):
     def action_space(self, agent):
-        return gym.spaces.Discrete(2 if agent == "runner_0" else 3)
+        return gym.spaces.Box(-1, 1, (1 if agent == "runner_0" else 2,)) if self.box else gym.spaces.Discrete(
+            2 if agent == "runner_0" else 3)
 '''
 
 
@@ -78,18 +85,23 @@ def games(tmp_path, monkeypatch):
     return tmp_path
 
 
-def test_an_agent_that_left_keeps_its_column_in_rows_without_weight_until_its_game_ends(games):
+def kwargs(ppo):
+    return '{"box": true}' if ppo is ppo_continuous else "{}"
+
+
+@pytest.mark.parametrize("ppo", BOTH, ids=lambda module: module.__name__)
+def test_an_agent_that_left_keeps_its_column_in_rows_without_weight_until_its_game_ends(ppo, games):
     """Two relays, four columns: runner_1's rows after its step 2 and every row of a restart weigh nothing; each agent's
     episode and the team's are reported once, as RecordEpisodeStatistics reports them."""
-    envs = ppo_discrete.make_envs(ppo_discrete.Args(env_id="relay"), 2, None, 1)
+    envs = ppo.make_envs(ppo.Args(env_id="relay", env_kwargs=kwargs(ppo)), 2, None, 1)
     assert envs.num_envs == 4 and envs.single_observation_space.shape == (3,)  # the id (2) beside the count (1)
     obs, infos = envs.reset(seed=1)
     assert obs[:, :2].tolist() == [[1, 0], [0, 1], [1, 0], [0, 1]]  # agent ids, one-hot, game by game
     valid, episodes, teams, next_reset = [], [], [], np.zeros(4)
     for _ in range(7):
         valid.append(1 - next_reset)
-        obs, reward, terminated, truncated, infos = envs.step(np.zeros(4, dtype=np.int64))
-        next_reset = ppo_discrete.engine_resets(np.logical_or(terminated, truncated).astype(np.float32), infos)
+        obs, reward, terminated, truncated, infos = envs.step(envs.action_space.sample() * 0)
+        next_reset = ppo.engine_resets(np.logical_or(terminated, truncated).astype(np.float32), infos)
         assert ((reward > 0) == (valid[-1] > 0)).all(), "a real step pays, a row without weight does not"
         episodes += [(i, infos["episode"]["r"][i], infos["episode"]["l"][i]) for i in np.flatnonzero(infos.get(
             "_episode", []))]
@@ -101,43 +113,48 @@ def test_an_agent_that_left_keeps_its_column_in_rows_without_weight_until_its_ga
     envs.close()
 
 
-def test_the_update_gives_no_weight_to_a_departed_agents_rows_and_steps_count_rows(games, monkeypatch):
+@pytest.mark.parametrize("ppo", BOTH, ids=lambda module: module.__name__)
+def test_the_update_gives_no_weight_to_a_departed_agents_rows_and_steps_count_rows(ppo, games, monkeypatch):
     kept = []
-    real_transitions = ppo_discrete.real_transitions
+    real_transitions = ppo.real_transitions
 
     def spy(valid, **rollout):
         kept.append((valid.copy(), rollout["advantages"].copy()))
         return real_transitions(valid, **rollout)
 
-    monkeypatch.setattr(ppo_discrete, "real_transitions", spy)
-    args = ppo_discrete.Args(env_id="relay", num_envs=2, num_steps=16, num_minibatches=2, total_timesteps=128)
-    path = ppo_discrete.train(args)
+    monkeypatch.setattr(ppo, "real_transitions", spy)
+    args = ppo.Args(env_id="relay", env_kwargs=kwargs(ppo), num_envs=2, num_steps=16, num_minibatches=2,
+                    total_timesteps=128)
+    path = ppo.train(args)
     rewards = scalars(os.path.dirname(path))
     assert len(kept) == 2 and all(valid.shape == (16, 4) for valid, _ in kept)  # 2 x 2 columns x 16 steps = 64 rows
     assert [valid[:, 1].sum() for valid, _ in kept] == [6, 6]  # runner_1: 2 real steps in each 6-step game (16 rows)
-    assert ppo_discrete.load_checkpoint(path)["global_step"] == 128
+    assert ppo.load_checkpoint(path)["global_step"] == 128
     assert [value for _, value in rewards["charts/team_episodic_return"]][:2] == [9.0, 9.0]
     assert set(value for _, value in rewards["charts/episodic_return"]) == {4.0, 5.0}
 
 
 @pytest.mark.parametrize("agent_id", [True, False], ids=["with the id", "without"])
-def test_an_agent_id_tells_agents_with_the_same_observation_apart(games, agent_id, monkeypatch, capsys):
-    flags = ["--env-id", "twins", "--num-envs", "8", "--num-steps", "32", "--total-timesteps", "4096"]
-    assert run_main(ppo_discrete, flags + ([] if agent_id else ["--no-agent-id"]), monkeypatch) == 0
+@pytest.mark.parametrize("ppo", BOTH, ids=lambda module: module.__name__)
+def test_an_agent_id_tells_agents_with_the_same_observation_apart(ppo, games, agent_id, monkeypatch, capsys):
+    flags = ["--env-id", "twins", "--env-kwargs", kwargs(ppo), "--num-envs", "8", "--num-steps", "32",
+             "--total-timesteps", "4096"]
+    assert run_main(ppo, flags + ([] if agent_id else ["--no-agent-id"]), monkeypatch) == 0
     checkpoint = glob.glob("runs/*/checkpoint.pt")[0]
-    assert run_main(ppo_discrete, ["--eval-checkpoint", checkpoint, "--env-id", "twins", "--eval-episodes", "4"],
+    assert run_main(ppo, ["--eval-checkpoint", checkpoint, "--env-id", "twins", "--eval-episodes", "4"],
                     monkeypatch) == 0
     mean = float(capsys.readouterr().out.split("mean return ")[1].split(" ")[0])
     assert mean == 1.0 if agent_id else mean == 0.5  # deterministic: without the id both twins take one action
 
 
-def test_a_run_of_many_agents_resumes_and_extends(games, monkeypatch, capsys):
-    flags = ["--env-id", "relay", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2"]
-    assert run_main(ppo_discrete, flags + ["--total-timesteps", "128"], monkeypatch) == 0
+@pytest.mark.parametrize("ppo", BOTH, ids=lambda module: module.__name__)
+def test_a_run_of_many_agents_resumes_and_extends(ppo, games, monkeypatch, capsys):
+    flags = ["--env-id", "relay", "--env-kwargs", kwargs(ppo), "--num-envs", "2", "--num-steps", "16",
+             "--num-minibatches", "2"]
+    assert run_main(ppo, flags + ["--total-timesteps", "128"], monkeypatch) == 0
     checkpoint = glob.glob("runs/*/checkpoint.pt")[0]
-    assert run_main(ppo_discrete, ["--resume", checkpoint, "--env-id", "relay", "--total-timesteps", "256"],
-                    monkeypatch) == 0
-    assert ppo_discrete.load_checkpoint(checkpoint)["global_step"] == 256
+    assert run_main(ppo, ["--resume", checkpoint, "--env-id", "relay", "--total-timesteps", "256"], monkeypatch) == 0
+    assert ppo.load_checkpoint(checkpoint)["global_step"] == 256
     assert "extend with:" in capsys.readouterr().out
 
 
@@ -145,8 +162,9 @@ def test_a_run_of_many_agents_resumes_and_extends(games, monkeypatch, capsys):
     ("aec_only", "aec_only has no parallel_env(): for an AEC env, write a module whose parallel_env() returns"),
     ("mixed", "its agents' spaces differ"),
 ])
-def test_a_game_the_script_cannot_take_gets_one_line(games, env_id, said, monkeypatch):
-    message = run_main(ppo_discrete, ["--env-id", env_id], monkeypatch)
+@pytest.mark.parametrize("ppo", BOTH, ids=lambda module: module.__name__)
+def test_a_game_the_script_cannot_take_gets_one_line(ppo, games, env_id, said, monkeypatch):
+    message = run_main(ppo, ["--env-id", env_id, "--env-kwargs", kwargs(ppo)], monkeypatch)
     assert said in message and "\n" not in message
 
 
@@ -158,3 +176,14 @@ def test_simple_spread_trains_and_evaluates_every_agent(in_tmp, monkeypatch, cap
     assert run_main(ppo_discrete, ["--eval-checkpoint", checkpoint, "--env-id", "mpe2.simple_spread_v3",
                                    "--eval-episodes", "2"], monkeypatch) == 0
     assert "25 steps" in capsys.readouterr().out  # a game of 25 cycles, every agent acting
+
+
+@pytest.mark.skipif(not importlib.util.find_spec("pettingzoo"), reason='needs pip install "pettingzoo[sisl]==1.27.0"')
+def test_multiwalker_trains_and_evaluates_every_walker(in_tmp, monkeypatch, capsys):
+    flags = ["--env-id", "pettingzoo.sisl.multiwalker_v9", "--num-envs", "1", "--num-steps", "64",
+             "--total-timesteps", "384"]
+    assert run_main(ppo_continuous, flags, monkeypatch) == 0
+    checkpoint = glob.glob("runs/*/checkpoint.pt")[0]
+    assert run_main(ppo_continuous, ["--eval-checkpoint", checkpoint, "--env-id", "pettingzoo.sisl.multiwalker_v9",
+                                     "--eval-episodes", "1"], monkeypatch) == 0
+    assert "mean return" in capsys.readouterr().out
