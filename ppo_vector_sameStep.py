@@ -13,9 +13,9 @@ invalid-action masks.
 Three parts, each opened by a banner line. The PPO core (Args, envs, Agent, normalization, GAE, loss, train(): the
 rollout, GAE and update as visible loops) is all that plain PPO on vectors runs through; "detail N" / "continuous
 detail N" name the details of "The 37 Implementation Details of PPO" (Huang et al., 2022). Capabilities: what the core
-calls only for images and Atari, Dict observations, multi-part actions and masks, memory, the defaults tables. Run
-safety: checks, checkpoints, faults, progress, evaluation; nothing there changes what PPO computes (its banner: what it
-does with each change). Where a change goes:
+calls only for images and Atari, Dict observations, multi-part actions and masks, memory, many agents (PettingZoo),
+the defaults tables. Run safety: checks, checkpoints, faults, progress, evaluation; nothing there changes what PPO
+computes (its banner: what it does with each change). Where a change goes:
 - a setting: a field of Args (its checks: check_settings); a network: Agent (Agent.policy reads the actor);
 - a loss term: ppo_loss (the minibatch is a dict; each statistic it returns is logged as losses/<name>);
 - a schedule: an entry of coefficients() (logged as charts/<name>; ppo_loss reads coefs[name]);
@@ -54,6 +54,7 @@ import tempfile
 import threading
 import time
 import traceback
+import warnings
 from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Literal, Optional
@@ -98,7 +99,7 @@ class Args:
 
     env_id: str = "Pendulum-v1"
     """the id of the gymnasium environment (Box, Discrete, MultiDiscrete or MultiBinary actions); `module:Id` imports
-    your own module first"""
+    your own module first; a PettingZoo parallel env's module (mpe2.simple_spread_v3): many agents, one policy"""
     env_kwargs: str = "{}"
     """keyword arguments of gym.make as JSON, e.g. '{"continuous": true}' (LunarLander-v3)"""
     vectorization_mode: Literal["async", "sync"] = "async"
@@ -110,7 +111,7 @@ class Args:
     learning_rate: float = 3e-4
     """the learning rate of the optimizer"""
     num_envs: int = 8
-    """the number of parallel sub-environments (processes, in async mode)"""
+    """the number of parallel sub-environments (processes, in async mode; with many agents: games, in this process)"""
     num_steps: int = 256
     """the number of steps per sub-environment in each rollout"""
     anneal_lr: bool = True
@@ -153,6 +154,8 @@ class Args:
     sequence_length: int = 0
     """with memory, the update replays sequences of this many steps (dividing num_steps), each from its first state
     as the weights of the epoch's start compute it, no gradient through it (faster); 0: each sub-env's whole rollout"""
+    agent_id: bool = True
+    """with many agents (PettingZoo), if toggled, each agent sees its id (one-hot) beside its observation"""
 
     checkpoint_interval: int = 10
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -171,11 +174,11 @@ class Args:
 
 def check_settings(args):
     """What the algorithm cannot train with, a message each (run safety checks the run's own settings, says these)."""
-    batch, minibatches, kl = args.num_envs * args.num_steps, max(args.num_minibatches, 1), args.target_kl
+    batch, minibatches, kl = columns(args) * args.num_steps, max(args.num_minibatches, 1), args.target_kl
     return [message for ok, message in [
         *[(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}") for name
           in ("num_minibatches", "update_epochs", "hidden_size", "learning_rate", "clip_coef", "max_grad_norm")],
-        (batch % minibatches == 0 and batch // minibatches >= 2, f"the batch (num_envs x num_steps = {batch}) must "
+        (batch % minibatches == 0 and batch // minibatches >= 2, f"the batch (columns x num_steps = {batch}) must "
          f"divide into --num-minibatches {minibatches} of 2 rows or more (advantages are normalized per minibatch)"),
         (0 <= args.gamma <= 1 and 0 <= (args.gae_lambda or 0) <= 1, "--gamma and --gae-lambda must lie in [0, 1]"),
         (args.vf_coef >= 0, "--vf-coef must not be negative"),
@@ -226,7 +229,10 @@ def make_envs(args, num_envs, video_folder, mode, film_first=None, training=True
                         frames) for i in range(num_envs)]
     # detail 1: vectorized architecture, here with SAME_STEP autoreset
     vector_env = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
-    envs = vector_env(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
+    if parallel_games(args.env_id):  # (Capabilities) PettingZoo's games: a column for each agent of each game
+        envs = ManyAgents(args, num_envs)
+    else:
+        envs = vector_env(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     if training and registered_id(args.env_id).startswith("ALE/"):
         envs = AtariTraining(envs)  # (Capabilities) a lost life ends a training episode; rewards clipped
     return CheckedEnvs(envs, args.env_timeout, args.action_mask)  # run safety (below): faults, hangs, bad numbers
@@ -429,7 +435,8 @@ def coefficients(args, iteration, num_iterations):
 
 
 def train(args, checkpoint=None):
-    num_iterations = args.total_timesteps // (args.num_envs * args.num_steps)  # one batch an iteration
+    num_envs = columns(args)  # the rollout's columns: a sub-env each, or an agent of each game (ManyAgents)
+    num_iterations = args.total_timesteps // (num_envs * args.num_steps)  # one batch an iteration
     start_iteration = checkpoint["iteration"] + 1 if checkpoint else 1  # a resumed run goes on after its checkpoint
     run = Run(args, checkpoint, start_iteration, num_iterations)  # run safety (below): folder, logs, checkpoints
     torch.manual_seed(args.seed)
@@ -444,27 +451,27 @@ def train(args, checkpoint=None):
     agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     obs_rms = RunningMeanStd(shape=space.shape if floats is None else (floats,))
-    reward_scaler = RewardScaler(args.num_envs, args.gamma)
+    reward_scaler = RewardScaler(num_envs, args.gamma)
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
     state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
 
-    rows = (args.num_steps, args.num_envs)  # Rollout buffer, [num_steps, num_envs]: a column is a sub-env's sequence
+    rows = (args.num_steps, num_envs)  # Rollout buffer, [num_steps, num_envs]: a column is a sub-env's sequence
     obs = np.zeros(rows + space.shape, dtype=buffer_dtype(space))  # (Capabilities) images stay uint8
     final_obs = np.zeros(rows + space.shape, dtype=buffer_dtype(space))  # normalized, read where an episode ended
-    final_states = torch.zeros((args.num_steps,) + agent.initial_state(args.num_envs).shape, device=device)  # memory
+    final_states = torch.zeros((args.num_steps,) + agent.initial_state(num_envs).shape, device=device)  # memory
     action_shape = (len(agent.parts),) if agent.discrete else envs.single_action_space.shape  # categorical: an index
     actions = np.zeros(rows + action_shape, dtype=np.int64 if agent.discrete else np.float32)
     masks = np.ones(rows + (sum(agent.parts),), dtype=bool)  # the valid actions at each step
-    logprobs, rewards, terminations, dones, resets = (np.zeros(rows, dtype=np.float32) for _ in range(5))
+    logprobs, rewards, terminations, dones, resets, valid = (np.zeros(rows, dtype=np.float32) for _ in range(6))
     low, high = (None, None) if agent.discrete else (envs.single_action_space.low, envs.single_action_space.high)
 
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
-        global_step = (start_iteration - 1) * args.num_envs * args.num_steps  # environment steps so far
+        global_step = (start_iteration - 1) * num_envs * args.num_steps  # environment steps so far
         next_obs, infos = envs.reset(seed=args.seed + start_iteration - 1)  # a resumed run: fresh episodes
         next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
         masked = args.action_mask and agent.discrete and "action_mask" in infos  # (Capabilities) invalid-action masks
-        next_mask = action_mask(infos, args.num_envs, sum(agent.parts))
-        memory_state = agent.initial_state(args.num_envs)  # the memory's (--recurrent), carried from step to step
+        next_mask = action_mask(infos, num_envs, sum(agent.parts))
+        memory_state = agent.initial_state(num_envs)  # the memory's (--recurrent), carried from step to step
         for iteration in range(start_iteration, num_iterations + 1):
             coefs = coefficients(args, iteration, num_iterations)  # detail 4: the learning rate annealed linearly
             optimizer.param_groups[0]["lr"] = coefs["learning_rate"]
@@ -472,7 +479,7 @@ def train(args, checkpoint=None):
 
             # Rollout: num_steps steps in every sub-environment with the current policy.
             for step in range(args.num_steps):
-                global_step += args.num_envs
+                global_step += num_envs
                 obs[step] = next_obs
                 masks[step] = next_mask  # kept: the update scores each action under the mask it was chosen under
                 with torch.no_grad():
@@ -487,7 +494,8 @@ def train(args, checkpoint=None):
                 sent = env_actions(envs, actions[step]) if agent.discrete else np.clip(actions[step], low, high)
                 next_obs, reward, terminated, truncated, infos = envs.step(sent)
                 next_done = np.logical_or(terminated, truncated)
-                next_mask = action_mask(infos, args.num_envs, sum(agent.parts))  # a reset sub-env's: its new episode's
+                valid[step] = real_rows(infos, num_envs)  # (Capabilities) 0 where an agent that left waits for its game
+                next_mask = action_mask(infos, num_envs, sum(agent.parts))  # a reset sub-env's: its new episode's
                 if "_final_obs" in infos:  # (a lost life ends a training episode of Atari but not the game: no reset)
                     # SAME_STEP: the ended sub-envs are reset already; their true last observation: infos["final_obs"]
                     true_last_obs = next_obs.copy()
@@ -509,33 +517,36 @@ def train(args, checkpoint=None):
             rollout_obs, rollout_keep = torch.from_numpy(obs).to(device), torch.from_numpy(1.0 - resets).to(device)
             values = torch.zeros(rows, device=device)
             with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
-                for group in torch.arange(args.num_envs).tensor_split(min(args.num_minibatches, args.num_envs)):
+                for group in torch.arange(num_envs).tensor_split(min(args.num_minibatches, num_envs)):
                     hidden, _ = agent.remember(rollout_obs[:, group], start_memory_state[group], rollout_keep[:, group])
                     values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
                 final_values = final_observation_values(agent, final_obs, final_states, dones > 0)
                 hidden, _ = agent.remember(torch.from_numpy(next_obs[None]).to(device), memory_state)
-                next_value = agent.critic(hidden).view(1, args.num_envs)
+                next_value = agent.critic(hidden).view(1, num_envs)
             values, following = values.cpu().numpy(), torch.cat([values[1:], next_value]).cpu().numpy()
             next_values = np.where(dones > 0, final_values, following)
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
                                             args.gae_lambda)
             returns = advantages + values  # detail 5: the value target is advantage + value
 
-            # Flatten the rollout into one batch: under SAME_STEP every row is a real transition.
+            # Flatten the rollout into one batch: under SAME_STEP every row is a transition (but a departed agent's).
             batch = dict(obs=obs, actions=actions, logprobs=logprobs, advantages=advantages, returns=returns,
                          values=values, **({"masks": masks} if masked else {}))
-            batch = {name: torch.from_numpy(x.reshape((-1,) + x.shape[2:])).to(device) for name, x in batch.items()}
+            keep = torch.from_numpy(valid.reshape(-1) > 0)
+            batch = {name: torch.from_numpy(x.reshape((-1,) + x.shape[2:]))[keep].to(device)
+                     for name, x in batch.items()}
             b_obs = batch.pop("obs")  # the rest is what the loss reads
 
             # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of sequences in time).
             update_stats = []
+            num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
             for epoch in range(args.update_epochs):
                 if agent.memory is None:  # detail 6: a fresh shuffle each epoch; the minibatches cover the batch
                     order = torch.randperm(len(b_obs), device=device)
-                    minibatches = ((mb, agent.encode(b_obs[mb])) for mb in order.tensor_split(args.num_minibatches))
+                    minibatches = ((mb, agent.encode(b_obs[mb])) for mb in order.tensor_split(num_minibatches))
                 else:  # (Capabilities) sequences in time, each replayed from its first state
                     minibatches = sequence_minibatches(agent, rollout_obs, start_memory_state, rollout_keep,
-                                                       args.num_minibatches, args.sequence_length)
+                                                       torch.from_numpy(valid), num_minibatches, args.sequence_length)
                 for mb, hidden in minibatches:  # hidden: the minibatch's features (an image's CNN runs once)
                     loss, stats = ppo_loss(agent, hidden, {name: x[mb] for name, x in batch.items()}, coefs, args)
                     if not torch.isfinite(loss):
@@ -557,7 +568,7 @@ def train(args, checkpoint=None):
     return run.checkpoint_path
 
 
-# ==================== Capabilities: images and Atari, Dict observations, multi-part actions and masks, memory, video =
+# ==================== Capabilities: images and Atari, Dicts, multi-part actions and masks, memory, many agents ===
 
 # The defaults tables: flags not given follow the env (env_defaults, applied before the arguments are checked).
 IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_lambda": 0.95, "num_minibatches": 4,
@@ -623,7 +634,10 @@ class AtariTraining(gym.vector.VectorWrapper):
 
 
 def engine_resets(done, infos):
-    """Where the engine resets a sub-env: where an episode ended, except at Atari's lost life (AtariTraining)."""
+    """Where the memory starts again: where an episode ended, except at Atari's lost life (AtariTraining); with many
+    agents also after each row of an agent that left, until its game starts again (ManyAgents)."""
+    if "waiting" in infos:
+        return np.maximum(done, infos["waiting"])
     return done * (1.0 - infos["life_lost"]) if "life_lost" in infos else done
 
 
@@ -843,10 +857,11 @@ def replay(memory, hidden, state, keep=None):
     return out.view(n, steps, -1).transpose(0, 1).flatten(0, 1), final * keep[-1].unsqueeze(1)
 
 
-def sequence_minibatches(agent, obs, state, keep, num_minibatches, sequence_length):
+def sequence_minibatches(agent, obs, state, keep, valid, num_minibatches, sequence_length):
     """Detail 6 with memory: shuffled minibatches of sequence_length-step sequences (0: whole rollouts), each from its
     first state under this epoch's weights (the rollout [num_steps, num_envs] read again from `state`, no gradient;
-    keep: 0 after an episode's end). Yields each minibatch's rows of the batch and their features."""
+    keep: 0 after an episode's end). Yields each minibatch's rows of the batch and their features (the rows of valid 0,
+    a departed agent's, replayed, left out of the loss)."""
     length = sequence_length or len(keep)
     starts = []  # each sequence's first state
     with torch.no_grad():
@@ -858,12 +873,18 @@ def sequence_minibatches(agent, obs, state, keep, num_minibatches, sequence_leng
     def cut(x):  # [num_steps, num_envs, ...] as [length, sequences, ...]: sequence k * num_envs + n, sub-env n's k-th
         return x.unflatten(0, (-1, length)).transpose(0, 1).flatten(1, 2)
 
-    row = cut(torch.arange(keep.numel(), device=keep.device).view_as(keep))  # each row's place in the batch
-    obs, keep, starts = cut(obs), cut(keep), torch.cat(starts)
-    for seqs in torch.randperm(len(starts), device=keep.device).tensor_split(min(num_minibatches, len(starts))):
+    valid = valid.to(keep.device)
+    row = cut((valid > 0).flatten().cumsum(0).view_as(valid) - 1)  # each real row's place in the batch
+    obs, keep, valid, starts = cut(obs), cut(keep), cut(valid), torch.cat(starts)
+    order = torch.randperm(len(starts), device=keep.device)
+    parts = min(num_minibatches, len(starts))
+    while parts > 1 and min(rows.sum() for rows in valid.sum(0)[order].tensor_split(parts)) < 2:
+        parts -= 1  # 2 real rows at least in each minibatch, though a departed agent's rows dropped
+    for seqs in order.tensor_split(parts):
         seqs = seqs.sort().values  # whole rollouts: the rows in the batch's order (step, then sub-env)
+        real = valid[:, seqs].flatten() > 0
         hidden, _ = agent.remember(obs[:, seqs], starts[seqs], keep[:, seqs])
-        yield row[:, seqs].flatten(), hidden
+        yield row[:, seqs].flatten()[real], hidden[real]
 
 
 class StreamedVideo(gym.wrappers.RecordVideo):
@@ -891,6 +912,143 @@ class StreamedVideo(gym.wrappers.RecordVideo):
         self.recording = False
 
 
+# Many agents: PettingZoo's parallel games, every agent of every game a column of the rollout, one policy for all.
+def env_module(env_id):
+    """The module that --env-id imports: the one before a colon (module:Id), or one named alone (a PettingZoo env's,
+    mpe2.simple_spread_v3, or one of yours with a parallel_env() function); None for gymnasium's own ids."""
+    if ":" in env_id:
+        return env_id.split(":")[0]
+    return env_id if env_id not in gym.registry and re.fullmatch(r"[A-Za-z_][\w.]*", env_id) else None
+
+
+def parallel_games(env_id):
+    """The module of PettingZoo's games that --env-id names, imported; None for gymnasium's ids and module:Id."""
+    if ":" in env_id or not env_module(env_id):
+        return None
+    with contextlib.suppress(ImportError, ValueError):  # a dotted name whose package is missing
+        return importlib.import_module(env_id) if importlib.util.find_spec(env_id) else None
+    return None
+
+
+def make_game(args):
+    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "The old environment creation API", DeprecationWarning)
+        return parallel_games(args.env_id).parallel_env(**json.loads(args.env_kwargs))
+
+
+def columns(args):
+    """The rollout's columns: one per sub-env, or with PettingZoo's games one per agent of each (the game made once)."""
+    module = parallel_games(args.env_id)
+    if module is None or not hasattr(module, "parallel_env"):
+        return args.num_envs
+    game = make_game(args)
+    agents = len(game.possible_agents)
+    game.close()
+    return args.num_envs * agents
+
+
+class ManyAgents(gym.vector.VectorEnv):
+    """`games` PettingZoo parallel games as one vector env of a column per agent of each, autoreset as gymnasium's
+    SAME_STEP, all in this process. An agent that has left (terminated or truncated before the others; its last
+    observation in info "final_obs") keeps its column until its game ends, in rows that are not transitions (info
+    "waiting", real_rows: no weight). When no agent is left the game starts again in the same step. Each agent's
+    episode goes to info "final_info" as RecordEpisodeStatistics gives it ("episode"), the team's (the sum over a
+    game's agents) as "team_episode" at the game's first column. A Dict observation's "action_mask" goes to the info
+    (as Taxi-v4's); --agent-id puts a one-hot of the agent's index before the observation (flattened: the Dict
+    flattening of the other scripts, in key order)."""
+
+    mask_source = "each agent's 'action_mask' entry"
+
+    def __init__(self, args, games):
+        self.games = [make_game(args) for _ in range(games)]
+        game = self.games[0]
+        self.agents = list(game.possible_agents)
+        spaces = {(str(game.observation_space(agent)), str(game.action_space(agent))) for agent in self.agents}
+        if len(spaces) > 1:
+            raise ValueError(f"its agents' spaces differ ({', '.join(sorted(map(str, spaces)))}); one policy needs one "
+                             "observation and one action space (pad them to one in a wrapper)")
+        space = game.observation_space(self.agents[0])
+        self.masked = isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces
+        self.space = space["observation"] if self.masked else space  # flattened here (SAME_STEP: no vector wrapper)
+        self.ids = np.eye(len(self.agents), dtype=np.float32)[:, : len(self.agents) if args.agent_id else 0]
+        size = gym.spaces.flatdim(self.space) + self.ids.shape[1]
+        self.num_envs = games * len(self.agents)
+        self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (size,))
+        self.single_action_space = game.action_space(self.agents[0])
+        self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
+        self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+        self.obs, self.masks = np.zeros((self.num_envs, size), np.float32), [None] * self.num_envs
+        self.left = np.zeros(self.num_envs, dtype=bool)
+        self.returns, self.lengths = np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=np.int64)
+
+    def reset(self, seed=None, options=None):
+        for g in range(len(self.games)):
+            self.start(g, None if seed is None else seed + g)
+        return self.obs.copy(), self.infos({})
+
+    def start(self, g, seed):
+        observations, _ = self.games[g].reset(seed=seed)
+        for i, agent in enumerate(self.agents):
+            self.observe(g * len(self.agents) + i, observations[agent])
+            self.returns[g * len(self.agents) + i], self.lengths[g * len(self.agents) + i] = 0.0, 0
+        self.left[g * len(self.agents): (g + 1) * len(self.agents)] = False
+
+    def observe(self, column, observation):
+        self.masks[column] = observation["action_mask"] if self.masked else None
+        observation = observation["observation"] if self.masked else observation
+        agent_id = self.ids[column % len(self.agents)]
+        self.obs[column] = np.concatenate([agent_id, gym.spaces.flatten(self.space, observation)])
+
+    def step(self, actions):
+        n, infos, final_info = len(self.agents), {"waiting": self.left.copy()}, {}
+        rewards = np.zeros(self.num_envs)
+        terminated, truncated = np.zeros(self.num_envs, dtype=bool), np.zeros(self.num_envs, dtype=bool)
+        final_obs = np.full(self.num_envs, None, dtype=object)
+        for g, game in enumerate(self.games):
+            playing = range(g * n, (g + 1) * n)
+            acting = {agent: actions[c] for agent, c in zip(self.agents, playing) if not self.left[c]}
+            observations, reward, terminations, truncations, _ = game.step(acting)
+            for agent, c in zip(self.agents, playing):
+                if agent not in acting:
+                    continue
+                self.observe(c, observations[agent])
+                rewards[c], terminated[c], truncated[c] = reward[agent], terminations[agent], truncations[agent]
+                self.returns[c], self.lengths[c] = self.returns[c] + reward[agent], self.lengths[c] + 1
+                if terminated[c] or truncated[c]:
+                    self.add(final_info, "episode", c, self.returns[c], self.lengths[c])
+                    final_obs[c], self.left[c] = self.obs[c].copy(), True
+            if self.left[playing].all():  # no agent is left: the game starts again in this step (SAME_STEP)
+                self.add(final_info, "team_episode", g * n, self.returns[playing].sum(), self.lengths[playing].max())
+                self.start(g, None)
+        if final_info:
+            infos.update(final_obs=final_obs, _final_obs=terminated | truncated, final_info=final_info)
+        return self.obs.copy(), rewards, terminated, truncated, self.infos(infos)
+
+    def add(self, infos, key, column, episode_return, length):
+        if key not in infos:
+            infos[key] = {"r": np.zeros(self.num_envs), "l": np.zeros(self.num_envs, dtype=np.int64)}
+            infos["_" + key] = np.zeros(self.num_envs, dtype=bool)
+        infos[key]["r"][column], infos[key]["l"][column], infos["_" + key][column] = episode_return, length, True
+
+    def infos(self, infos):
+        if self.masked:
+            infos["action_mask"] = np.stack([np.ones_like(self.masks[0]) if mask is None else mask
+                                             for mask in self.masks])
+            infos["_action_mask"] = np.ones(self.num_envs, dtype=bool)
+        return infos
+
+    def close(self, **kwargs):
+        for game in self.games:
+            game.close()
+
+
+def real_rows(infos, num_envs):
+    """1 for each row of the step that is a transition: all, but with many agents where one that left waits."""
+    return 1.0 - infos["waiting"] if "waiting" in infos else np.ones(num_envs, dtype=np.float32)
+
+
 # ==================== Run safety: nothing below changes what PPO computes ====================
 # The contract: a change to the core never needs an edit here. Run safety names only the run's own settings (env, seed,
 # steps and batch shape, checkpoints, evaluation, logging, device). A new Args field is checked finite (its own checks:
@@ -914,7 +1072,7 @@ def fail(message):
 
 def command(args, flag, checkpoint_path, *more):
     """The command on a checkpoint (flag: --resume or --eval-checkpoint), with --env-id for an env from a module."""
-    env = ["--env-id", args.env_id] if ":" in args.env_id else []
+    env = ["--env-id", args.env_id] if env_module(args.env_id) else []
     return shlex.join(["python", sys.argv[0], flag, checkpoint_path, *more, *env])
 
 
@@ -939,7 +1097,7 @@ def check_args(args, observations=None):
             fail(f"--{name.replace('_', '-')} must be a finite number, got {value}")
     if observations is None:  # the env's own problems are named before any complaint about sizes
         observations = check_env(args, env_kwargs_of(args))
-    batch = args.num_envs * args.num_steps
+    batch = columns(args) * args.num_steps
     for ok, message in [
         *[(getattr(args, name) > 0, f"--{name.replace('_', '-')} must be positive, got {getattr(args, name)}") for name
           in ("total_timesteps", "num_envs", "num_steps", "eval_episodes", "eval_max_steps", "env_timeout")],
@@ -960,12 +1118,21 @@ def check_env(args, env_kwargs):
     atari = registered_id(args.env_id).startswith("ALE/")
     if atari and not (importlib.util.find_spec("ale_py") and importlib.util.find_spec("cv2")):
         fail(f"{args.env_id} needs ale-py and OpenCV: pip install ale-py==0.12.1 opencv-python-headless==5.0.0.93")
+    games = parallel_games(args.env_id)
+    if games and not hasattr(games, "parallel_env"):  # PettingZoo's AEC envs have env() only
+        fail(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() returns "
+             "pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
+    if games and args.capture_video:
+        fail("--capture-video does not film PettingZoo's games yet: drop it")
     try:
         rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
-        env = make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None, flat=False)()
+        env = ManyAgents(args, 1) if games else make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None,
+                                                         flat=False)()
     except Exception as e:  # an unknown id, arguments the env does not take, a simulator or renderer that does not load
         fail(f"cannot make env '{args.env_id}'{make_failure(args, e)}")
     actions, observations = env.action_space, env.observation_space  # as the env's own wrappers give them
+    if games:  # a vector env's
+        actions, observations = env.single_action_space, env.single_observation_space
     with contextlib.suppress(Exception):  # a close() that fails is said when training's envs close, after the run
         env.close()
     categorical = (gym.spaces.Discrete, gym.spaces.MultiDiscrete, gym.spaces.MultiBinary)
@@ -1001,6 +1168,9 @@ def make_failure(args, error):
         return f"{said}; is {module}.py in {os.path.dirname(os.path.abspath(__file__))} or on PYTHONPATH?"
     if isinstance(error, gym.error.NameNotFound) and envpool and args.env_id in envpool.list_all_envs():
         return f"{said}; it is one of EnvPool's envs: add --env-backend envpool"
+    if isinstance(error, gym.error.NameNotFound) and env_module(args.env_id) and not module:  # many agents' module
+        return f"{said}; no module {args.env_id} to import: install it (PettingZoo's: pip install " \
+               '"pettingzoo[sisl]==1.27.0" mpe2==1.1.1) or put it on PYTHONPATH'
     if isinstance(error, gym.error.NameNotFound) and not module:
         return f"{said}; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
     renderer = re.search(r"\begl|osmesa|glfw|opengl", " ".join([str(error), *(f.filename for f in frames)]), re.I)
@@ -1041,7 +1211,7 @@ def load_checkpoint(path):
         fail(f"{path} is damaged: wrong type of {', '.join(wrong)}")
     steps = checkpoint["iteration"] * checkpoint["args"].get("num_envs", 0) * checkpoint["args"].get("num_steps", 0)
     named = re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", checkpoint["run_name"])  # a name, never a path
-    if not named or not 0 < steps == checkpoint["global_step"]:
+    if not named or not 0 < steps <= checkpoint["global_step"] or checkpoint["global_step"] % steps:  # many agents
         fail(f"{path} is damaged: its run name or step counters are not those of a run")
     if not all(torch.isfinite(value).all() for value in checkpoint["model"].values() if torch.is_tensor(value)):
         fail(f"{path} holds non-finite weights")
@@ -1084,7 +1254,7 @@ def parse_args():
         args = tyro.cli(Args, default=Args(**saved))  # parse again: flags given on the command line win
         for name in sorted(known - set(saved)):  # new in this file (or in this script since the checkpoint)
             print(f"note: the checkpoint has no setting {name}: {getattr(args, name)!r} applies")
-        if ":" in args.env_id and args.env_id != command_line_env:  # gym.make would import the module before the colon
+        if env_module(args.env_id) and args.env_id != command_line_env:  # making the env would import that module
             fail(f"the checkpoint's env {args.env_id} imports a module: allow it by naming it, --env-id {args.env_id}")
     observations, actions = check_env(args, env_kwargs_of(args))  # the env first: it may change the defaults
     if not checkpoint:  # a resumed run keeps its settings
@@ -1170,9 +1340,10 @@ class CheckedEnvs(gym.vector.VectorWrapper):
     def check_mask(self, infos):
         """An action mask has an entry for each value of each part, and leaves each part a valid value."""
         if not self.masks_said:
-            source = "the info's 'action_mask'"
-            if self.env.unwrapped.call("has_wrapper_attr", "mask_source")[0]:  # in the sub-envs (or their processes)
-                source = self.env.unwrapped.get_attr("mask_source")[0]
+            source = getattr(self.env.unwrapped, "mask_source", "the info's 'action_mask'")  # ManyAgents: its own
+            if not isinstance(self.env.unwrapped, ManyAgents) and self.env.unwrapped.call("has_wrapper_attr",
+                                                                                          "mask_source")[0]:
+                source = self.env.unwrapped.get_attr("mask_source")[0]  # in the sub-envs (or their processes)
             print(f"action masks: from {source}{'' if self.use_masks else ', ignored (--no-action-mask)'}")
             self.masks_said = True
         if not self.use_masks:  # ignored, so not checked either
@@ -1209,7 +1380,7 @@ class Run:
     """One start of a run: its folder (locked), TensorBoard, progress, checkpoints, signals, the fault rule."""
 
     def __init__(self, args, checkpoint, start_iteration, num_iterations):
-        self.args, self.checkpoint, batch = args, checkpoint, args.num_envs * args.num_steps
+        self.args, self.checkpoint, batch = args, checkpoint, columns(args) * args.num_steps
         self.num_iterations, self.total_timesteps = num_iterations, num_iterations * batch
         self.global_step = (start_iteration - 1) * batch  # the last complete iteration's step, said by every message
         saved = checkpoint["args"] if checkpoint else asdict(args)
@@ -1316,11 +1487,13 @@ class Run:
         raise error  # neither the env's nor the disk's fault: show where it happened
 
     def log_episodes(self, infos, global_step):
-        """The raw return and length of each episode that ended in a step (gymnasium's RecordEpisodeStatistics)."""
-        for i in np.flatnonzero(infos["_episode"]) if "episode" in infos else []:
-            self.recent_returns.append(float(infos["episode"]["r"][i]))
-            self.writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
-            self.writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+        """The raw return and length of each episode that ended in a step (gymnasium's RecordEpisodeStatistics), and
+        of each team's where an env gives "team_episode" too (many agents: the sum over a game's agents)."""
+        for key, chart in (("episode", "charts/episodic"), ("team_episode", "charts/team_episodic")):
+            for i in np.flatnonzero(infos["_" + key]) if key in infos else []:
+                self.writer.add_scalar(f"{chart}_return", infos[key]["r"][i], global_step)
+                self.writer.add_scalar(f"{chart}_length", infos[key]["l"][i], global_step)
+        self.recent_returns.extend(infos["episode"]["r"][infos["_episode"]].tolist() if "episode" in infos else [])
 
     def end_iteration(self, iteration, global_step, charts, losses):
         """Keep this iteration's state, log, show progress, and checkpoint when it is time (or a signal came)."""
@@ -1413,33 +1586,35 @@ def evaluate(args, checkpoint):
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, "sync", film_first=args.eval_episodes, training=False)
+    columns = envs.num_envs  # 1, or every agent of one game (ManyAgents): the return is an agent's mean
     agent = Agent(envs, args)
     floats = envs.single_observation_space.floats if isinstance(envs.single_observation_space, Packed) else None
     obs_rms = RunningMeanStd(shape=envs.single_observation_space.shape if floats is None else (floats,))
     restore(checkpoint, {"model": agent, "obs_rms": obs_rms}, args.env_id)  # continuous detail 6: statistics frozen
     episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, infos = envs.reset(seed=args.seed)
-    memory_state, space = agent.initial_state(1), envs.single_action_space  # the memory's, through each episode
+    memory_state, space = agent.initial_state(columns), envs.single_action_space  # the memory's, through each episode
     while len(episodic_returns) < args.eval_episodes:
         obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, args, update=False, floats=floats)[None])
         given = envs.use_masks and agent.discrete and "action_mask" in infos  # as training uses them
-        mask = torch.from_numpy(action_mask(infos, 1, sum(agent.parts))) if given else None
+        mask = torch.from_numpy(action_mask(infos, columns, sum(agent.parts))) if given else None
         with torch.no_grad():
             hidden, memory_state = agent.remember(obs, memory_state)
             action = agent.policy(hidden, mask=mask, deterministic=not args.eval_sample)[0]
         action = action.numpy()
         action = env_actions(envs, action) if agent.discrete else np.clip(action, space.low, space.high)
         next_obs, reward, terminated, truncated, infos = envs.step(action)
-        episode_return, episode_length = episode_return + float(reward[0]), episode_length + 1
-        if terminated[0] or truncated[0] or episode_length == args.eval_max_steps:
+        episode_return, episode_length = episode_return + float(reward.mean()), episode_length + 1
+        ended = engine_resets(np.logical_or(terminated, truncated), infos).all()  # every agent has left
+        if ended or episode_length == args.eval_max_steps:
             episodic_returns.append(episode_return)
             video = f", {video_folder}/rl-video-episode-{len(episodic_returns) - 1}.mp4" if args.capture_video else ""
-            cut = "" if terminated[0] or truncated[0] else f" (cut at --eval-max-steps {args.eval_max_steps})"
+            cut = "" if ended else f" (cut at --eval-max-steps {args.eval_max_steps})"
             print(f"episode {len(episodic_returns)}: return {episode_return:.2f}, {episode_length} steps{cut}{video}",
                   flush=True)
             episode_return, episode_length = 0.0, 0
-            memory_state = agent.initial_state(1)  # the next episode's memory starts from zeros
-            if not (terminated[0] or truncated[0]):  # a cut episode; one that ended was reset in the same step
+            memory_state = agent.initial_state(columns)  # the next episode's memory starts from zeros
+            if not ended:  # a cut episode; one that ended was reset in the same step
                 next_obs, infos = envs.reset()
     envs.close()
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over "

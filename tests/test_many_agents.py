@@ -12,8 +12,9 @@ from conftest import run_main, scalars
 
 import ppo_continuous
 import ppo_discrete
+import ppo_vector_sameStep
 
-BOTH = [ppo_discrete, ppo_continuous]
+ALL = [ppo_discrete, ppo_continuous, ppo_vector_sameStep]
 
 GAMES = '''
 import gymnasium as gym
@@ -89,10 +90,10 @@ def kwargs(ppo):
     return '{"box": true}' if ppo is ppo_continuous else "{}"
 
 
-@pytest.mark.parametrize("ppo", BOTH, ids=lambda module: module.__name__)
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
 def test_an_agent_that_left_keeps_its_column_in_rows_without_weight_until_its_game_ends(ppo, games):
-    """Two relays, four columns: runner_1's rows after its step 2 and every row of a restart weigh nothing; each agent's
-    episode and the team's are reported once, as RecordEpisodeStatistics reports them."""
+    """Two relays, four columns: runner_1's rows after its step 2 weigh nothing until the game starts again (NEXT_STEP:
+    with a reset row for every column); each agent's episode and the team's are reported once."""
     envs = ppo.make_envs(ppo.Args(env_id="relay", env_kwargs=kwargs(ppo)), 2, None, 1)
     assert envs.num_envs == 4 and envs.single_observation_space.shape == (3,)  # the id (2) beside the count (1)
     obs, infos = envs.reset(seed=1)
@@ -102,40 +103,45 @@ def test_an_agent_that_left_keeps_its_column_in_rows_without_weight_until_its_ga
         valid.append(1 - next_reset)
         obs, reward, terminated, truncated, infos = envs.step(envs.action_space.sample() * 0)
         next_reset = ppo.engine_resets(np.logical_or(terminated, truncated).astype(np.float32), infos)
+        if ppo is ppo_vector_sameStep:  # SAME_STEP: the step's own rows, and the episodes in its final info
+            valid[-1], infos = ppo.real_rows(infos, 4), infos.get("final_info", {})
         assert ((reward > 0) == (valid[-1] > 0)).all(), "a real step pays, a row without weight does not"
         episodes += [(i, infos["episode"]["r"][i], infos["episode"]["l"][i]) for i in np.flatnonzero(infos.get(
             "_episode", []))]
         teams += [(i, infos["team_episode"]["r"][i]) for i in np.flatnonzero(infos.get("_team_episode", []))]
-    assert np.array(valid)[:, 1].tolist() == [1, 1, 0, 0, 0, 0, 1]  # runner_1: 2 steps, 3 waiting, the restart, on
-    assert np.array(valid)[:, 0].tolist() == [1, 1, 1, 1, 1, 0, 1]  # runner_0: 5 steps, the restart, on
-    assert episodes == [(1, 4.0, 2), (3, 4.0, 2), (0, 5.0, 5), (2, 5.0, 5)]
+    same_step = ppo is ppo_vector_sameStep
+    # runner_1: 2 steps, 3 waiting, (NEXT_STEP: the restart,) on; runner_0: 5 steps, (NEXT_STEP: the restart,) on
+    assert np.array(valid)[:, 1].tolist() == ([1, 1, 0, 0, 0, 1, 1] if same_step else [1, 1, 0, 0, 0, 0, 1])
+    assert np.array(valid)[:, 0].tolist() == ([1] * 7 if same_step else [1, 1, 1, 1, 1, 0, 1])
+    assert episodes[:4] == [(1, 4.0, 2), (3, 4.0, 2), (0, 5.0, 5), (2, 5.0, 5)]  # SAME_STEP: the next game's too
     assert teams == [(0, 9.0), (2, 9.0)]  # 5 x 1 + 2 x 2, at each game's first column
     envs.close()
 
 
-@pytest.mark.parametrize("ppo", BOTH, ids=lambda module: module.__name__)
-def test_the_update_gives_no_weight_to_a_departed_agents_rows_and_steps_count_rows(ppo, games, monkeypatch):
-    kept = []
-    real_transitions = ppo.real_transitions
-
-    def spy(valid, **rollout):
-        kept.append((valid.copy(), rollout["advantages"].copy()))
-        return real_transitions(valid, **rollout)
-
-    monkeypatch.setattr(ppo, "real_transitions", spy)
+@pytest.mark.parametrize("recurrent", ["none", "lstm"])
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_the_update_gives_no_weight_to_a_departed_agents_rows_and_steps_count_rows(ppo, recurrent, games, monkeypatch):
+    """The loss sees exactly the rollout's paying rows (every real step pays, no other row does), every epoch, with a
+    memory too (its sequences replay every row, the loss takes the real ones)."""
     args = ppo.Args(env_id="relay", env_kwargs=kwargs(ppo), num_envs=2, num_steps=16, num_minibatches=2,
-                    total_timesteps=128)
+                    total_timesteps=128, recurrent=recurrent)
+    envs = ppo.make_envs(args, 2, None, 1)
+    envs.reset(seed=1)
+    paying = [sum((envs.step(envs.action_space.sample() * 0)[1] > 0).sum() for _ in range(16)) for _ in range(2)]
+    rows, ppo_loss = [], ppo.ppo_loss
+    monkeypatch.setattr(ppo, "ppo_loss", lambda agent, hidden, mb, *rest: rows.append(len(mb["advantages"])) or
+                        ppo_loss(agent, hidden, mb, *rest))
     path = ppo.train(args)
-    rewards = scalars(os.path.dirname(path))
-    assert len(kept) == 2 and all(valid.shape == (16, 4) for valid, _ in kept)  # 2 x 2 columns x 16 steps = 64 rows
-    assert [valid[:, 1].sum() for valid, _ in kept] == [6, 6]  # runner_1: 2 real steps in each 6-step game (16 rows)
-    assert ppo.load_checkpoint(path)["global_step"] == 128
-    assert [value for _, value in rewards["charts/team_episodic_return"]][:2] == [9.0, 9.0]
-    assert set(value for _, value in rewards["charts/episodic_return"]) == {4.0, 5.0}
+    epochs = args.update_epochs
+    assert paying[0] < 64 and [sum(rows[:len(rows) // 2]), sum(rows[len(rows) // 2:])] == [epochs * n for n in paying]
+    assert ppo.load_checkpoint(path)["global_step"] == 128  # 2 iterations x 4 columns x 16 steps: rows, every one
+    logged = scalars(os.path.dirname(path))
+    assert [value for _, value in logged["charts/team_episodic_return"]][:2] == [9.0, 9.0]
+    assert set(value for _, value in logged["charts/episodic_return"]) == {4.0, 5.0}
 
 
 @pytest.mark.parametrize("agent_id", [True, False], ids=["with the id", "without"])
-@pytest.mark.parametrize("ppo", BOTH, ids=lambda module: module.__name__)
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
 def test_an_agent_id_tells_agents_with_the_same_observation_apart(ppo, games, agent_id, monkeypatch, capsys):
     flags = ["--env-id", "twins", "--env-kwargs", kwargs(ppo), "--num-envs", "8", "--num-steps", "32",
              "--total-timesteps", "4096"]
@@ -147,7 +153,7 @@ def test_an_agent_id_tells_agents_with_the_same_observation_apart(ppo, games, ag
     assert mean == 1.0 if agent_id else mean == 0.5  # deterministic: without the id both twins take one action
 
 
-@pytest.mark.parametrize("ppo", BOTH, ids=lambda module: module.__name__)
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
 def test_a_run_of_many_agents_resumes_and_extends(ppo, games, monkeypatch, capsys):
     flags = ["--env-id", "relay", "--env-kwargs", kwargs(ppo), "--num-envs", "2", "--num-steps", "16",
              "--num-minibatches", "2"]
@@ -162,7 +168,7 @@ def test_a_run_of_many_agents_resumes_and_extends(ppo, games, monkeypatch, capsy
     ("aec_only", "aec_only has no parallel_env(): for an AEC env, write a module whose parallel_env() returns"),
     ("mixed", "its agents' spaces differ"),
 ])
-@pytest.mark.parametrize("ppo", BOTH, ids=lambda module: module.__name__)
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
 def test_a_game_the_script_cannot_take_gets_one_line(ppo, games, env_id, said, monkeypatch):
     message = run_main(ppo, ["--env-id", env_id, "--env-kwargs", kwargs(ppo)], monkeypatch)
     assert said in message and "\n" not in message
