@@ -181,6 +181,11 @@ FAULTS = [
     Fault("module of an env id that does not import", r"cannot make env 'no_such_module:Env-v0': ModuleNotFoundError: .*; "
           r"is no_such_module.py in .* or on PYTHONPATH\?", ("--env-id", "no_such_module:Env-v0")),
     Fault("unknown env and bad sizes", r"cannot make env 'NoSuchEnv-v0'", ("--env-id", "NoSuchEnv-v0", "--num-minibatches", "7")),
+    # many agents: a module named alone is PettingZoo's (or one of yours with parallel_env())
+    Fault("module of many agents that is not installed", r"cannot make env 'no_such_package.games': NameNotFound: .*; no module "
+          r"no_such_package.games to import: install it \(PettingZoo's: pip install", ("--env-id", "no_such_package.games")),
+    Fault("module without parallel_env()", r"json has no parallel_env\(\): for an AEC env, write a module whose parallel_env\(\) "
+          r"returns pettingzoo.utils.conversions.aec_to_parallel\(env\(\)\), and name it", ("--env-id", "json")),
     # a refusal names a script that takes the space, or says that none does
     Fault("wrong action space", r"has a (Box|MultiBinary|Tuple) action space(; ppo_discrete.py takes Discrete, MultiDiscrete and "
           r"MultiBinary \(use ppo_continuous.py\)|; ppo_continuous.py needs Box \(use ppo_discrete.py\)|, which none of these "
@@ -223,6 +228,8 @@ FAULTS = [
     Fault("checkpoint with non-finite weights", r"damaged.pt holds non-finite weights", checkpoint=("nan weights",)),
     Fault("checkpoint whose env id imports a module", r"the checkpoint's env json:Env-v0 imports a module: allow it by naming it, "
           r"--env-id json:Env-v0", checkpoint=("damaged", "args", "env_id", "json:Env-v0")),
+    Fault("checkpoint whose env id is a module of many agents", r"the checkpoint's env json imports a module: allow it by "
+          r"naming it, --env-id json", checkpoint=("damaged", "args", "env_id", "json")),
     Fault("resume of an older copy of the folder's checkpoint", r"runs/own/checkpoint.pt is at step 1024, not at the step 512 of "
           r"runs/own/backup.pt: resume runs/own/checkpoint.pt, or give runs/own/backup.pt a folder of its own",
           ("--total-timesteps", "4096"), checkpoint=("older copy",), only_resume=True),
