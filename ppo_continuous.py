@@ -801,7 +801,13 @@ def parallel_games(env_id):
 
 
 def make_game(args):
-    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back)."""
+    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back);
+    what the scripts cannot take raises ValueError (said in one line when the env is checked)."""
+    if not hasattr(parallel_games(args.env_id), "parallel_env"):  # PettingZoo's AEC envs have env() only
+        raise ValueError(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() "
+                         "returns pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
+    if args.capture_video:
+        raise ValueError("--capture-video does not film PettingZoo's games yet: drop it")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "The old environment creation API", DeprecationWarning)
         return parallel_games(args.env_id).parallel_env(**json.loads(args.env_kwargs))
@@ -990,12 +996,7 @@ def check_env(args, env_kwargs):
         for flag, given in (("--env-kwargs", env_kwargs), ("--capture-video", args.capture_video)):
             if given:
                 fail(f"EnvPool cannot take {flag}: drop it, or use --env-backend gymnasium")
-    games = parallel_games(args.env_id)
-    if games and not hasattr(games, "parallel_env"):  # PettingZoo's AEC envs have env() only
-        fail(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() returns "
-             "pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
-    if games and args.capture_video:
-        fail("--capture-video does not film PettingZoo's games yet: drop it")
+    games = parallel_games(args.env_id)  # many agents (Capabilities)
     try:
         if args.env_backend == "envpool" or games:  # the engine's own spaces (EnvPool has ids gymnasium does not know)
             env = make_envs(args, 1, None, args.seed).unwrapped  # unwrapped: the spaces before they are flattened
@@ -1042,8 +1043,7 @@ def make_failure(args, error):
     if isinstance(error, gym.error.NameNotFound) and envpool and args.env_id in envpool.list_all_envs():
         return f"{said}; it is one of EnvPool's envs: add --env-backend envpool"
     if isinstance(error, gym.error.NameNotFound) and env_module(args.env_id) and not module:  # many agents' module
-        return f"{said}; no module {args.env_id} to import: install it (PettingZoo's: pip install " \
-               '"pettingzoo[sisl]==1.27.0" mpe2==1.1.1) or put it on PYTHONPATH'
+        return f'{said}; no module {args.env_id} to import (PettingZoo: pip install "pettingzoo[sisl]==1.27.0")'
     if isinstance(error, gym.error.NameNotFound) and not module:
         return f"{said}; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
     renderer = re.search(r"\begl|osmesa|glfw|opengl", " ".join([str(error), *(f.filename for f in frames)]), re.I)

@@ -931,7 +931,13 @@ def parallel_games(env_id):
 
 
 def make_game(args):
-    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back)."""
+    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back);
+    what the scripts cannot take raises ValueError (said in one line when the env is checked)."""
+    if not hasattr(parallel_games(args.env_id), "parallel_env"):  # PettingZoo's AEC envs have env() only
+        raise ValueError(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() "
+                         "returns pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
+    if args.capture_video:
+        raise ValueError("--capture-video does not film PettingZoo's games yet: drop it")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "The old environment creation API", DeprecationWarning)
         return parallel_games(args.env_id).parallel_env(**json.loads(args.env_kwargs))
@@ -1034,8 +1040,8 @@ class ManyAgents(gym.vector.VectorEnv):
 
     def infos(self, infos):
         if self.masked:
-            infos["action_mask"] = np.stack([np.ones_like(self.masks[0]) if mask is None else mask
-                                             for mask in self.masks])
+            infos["action_mask"] = np.stack([np.ones_like(self.masks[0]) if mask is None or self.left[c] else mask
+                                             for c, mask in enumerate(self.masks)])  # one that left: all valid
             infos["_action_mask"] = np.ones(self.num_envs, dtype=bool)
         return infos
 
@@ -1118,12 +1124,7 @@ def check_env(args, env_kwargs):
     atari = registered_id(args.env_id).startswith("ALE/")
     if atari and not (importlib.util.find_spec("ale_py") and importlib.util.find_spec("cv2")):
         fail(f"{args.env_id} needs ale-py and OpenCV: pip install ale-py==0.12.1 opencv-python-headless==5.0.0.93")
-    games = parallel_games(args.env_id)
-    if games and not hasattr(games, "parallel_env"):  # PettingZoo's AEC envs have env() only
-        fail(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() returns "
-             "pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
-    if games and args.capture_video:
-        fail("--capture-video does not film PettingZoo's games yet: drop it")
+    games = parallel_games(args.env_id)  # many agents (Capabilities)
     try:
         rendering = {"render_mode": "rgb_array"} if args.capture_video else {}  # made as env 0 will be
         env = ManyAgents(args, 1) if games else make_env(args.env_id, {**env_kwargs, **rendering}, 0, False, None,
@@ -1169,8 +1170,7 @@ def make_failure(args, error):
     if isinstance(error, gym.error.NameNotFound) and envpool and args.env_id in envpool.list_all_envs():
         return f"{said}; it is one of EnvPool's envs: add --env-backend envpool"
     if isinstance(error, gym.error.NameNotFound) and env_module(args.env_id) and not module:  # many agents' module
-        return f"{said}; no module {args.env_id} to import: install it (PettingZoo's: pip install " \
-               '"pettingzoo[sisl]==1.27.0" mpe2==1.1.1) or put it on PYTHONPATH'
+        return f'{said}; no module {args.env_id} to import (PettingZoo: pip install "pettingzoo[sisl]==1.27.0")'
     if isinstance(error, gym.error.NameNotFound) and not module:
         return f"{said}; for an env of your own file, name its module: --env-id my_module:MyEnv-v0"
     renderer = re.search(r"\begl|osmesa|glfw|opengl", " ".join([str(error), *(f.filename for f in frames)]), re.I)

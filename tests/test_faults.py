@@ -183,7 +183,7 @@ FAULTS = [
     Fault("unknown env and bad sizes", r"cannot make env 'NoSuchEnv-v0'", ("--env-id", "NoSuchEnv-v0", "--num-minibatches", "7")),
     # many agents: a module named alone is PettingZoo's (or one of yours with parallel_env())
     Fault("module of many agents that is not installed", r"cannot make env 'no_such_package.games': NameNotFound: .*; no module "
-          r"no_such_package.games to import: install it \(PettingZoo's: pip install", ("--env-id", "no_such_package.games")),
+          r"no_such_package.games to import \(PettingZoo: pip install", ("--env-id", "no_such_package.games")),
     Fault("module without parallel_env()", r"json has no parallel_env\(\): for an AEC env, write a module whose parallel_env\(\) "
           r"returns pettingzoo.utils.conversions.aec_to_parallel\(env\(\)\), and name it", ("--env-id", "json")),
     # a refusal names a script that takes the space, or says that none does
