@@ -1273,7 +1273,8 @@ class CheckedEnvs(gym.vector.VectorWrapper):
             env = self.env.unwrapped
             env = env.envs[0] if hasattr(env, "envs") else env  # ActionMasks is in gymnasium's sub-envs
             wrapped = isinstance(env, gym.Env) and env.has_wrapper_attr("mask_source")  # (ManyAgents: its own)
-            source = env.get_wrapper_attr("mask_source") if wrapped else getattr(env, "mask_source", "the info's mask")
+            source = env.get_wrapper_attr("mask_source") if wrapped else getattr(env, "mask_source", None)
+            source = source or "the info's 'action_mask'"
             print(f"action masks: from {source}{'' if self.use_masks else ', ignored (--no-action-mask)'}")
             self.masks_said = True
         if not self.use_masks:  # ignored, so not checked either

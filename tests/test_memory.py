@@ -116,7 +116,9 @@ def test_sequences_of_16_steps_start_from_the_state_the_whole_rollout_reaches_un
     keep[15, 0] = keep[31, 1] = 0.0  # an episode ending on a sequence's last row
     for epoch in range(2):
         with torch.no_grad():
-            rows = [{int(row): feature for mb, hidden in ppo.sequence_minibatches(agent, obs, start, keep, 4, length)
+            weights = (torch.ones_like(keep),) if ppo is ppo_vector_sameStep else ()  # SAME_STEP: every row weighs 1
+            rows = [{int(row): feature for mb, hidden in ppo.sequence_minibatches(agent, obs, start, keep, *weights, 4,
+                                                                                 length)
                      for row, feature in zip(mb, hidden)} for length in (0, 16)]
         real = int((keep > 0).sum()) if ppo is not ppo_vector_sameStep else keep.numel()
         assert sorted(rows[0]) == sorted(rows[1]) == list(range(real))
@@ -125,16 +127,18 @@ def test_sequences_of_16_steps_start_from_the_state_the_whole_rollout_reaches_un
         agent.memory.weight_hh_l0.data += 0.5  # the next epoch's weights
 
 
-@pytest.mark.parametrize("ppo", [ppo_discrete, ppo_continuous], ids=lambda module: module.__name__)
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
 def test_no_minibatch_of_sequences_holds_fewer_than_2_real_rows_though_autoreset_rows_drop_out(ppo):
     """Advantages are normalized per minibatch: a minibatch of one real row has no std (NaN loss). Four sequences of
-    2 steps in 4 minibatches, two of them an autoreset row and one real row: fewer minibatches, each real row once."""
+    2 steps in 4 minibatches, two of them an autoreset row (SAME_STEP: a departed agent's) and one real row: fewer
+    minibatches, each real row once."""
     agent = make_agent(ppo, "lstm")
     obs, start, valid = torch.randn(4, 2, 4), torch.zeros(2, agent.initial_state(1).shape[1]), torch.ones(4, 2)
     valid[0, 0] = valid[2, 1] = 0.0  # the first sequence of sub-env 0 and the second of sub-env 1
     for seed in range(10):  # shuffles
         torch.manual_seed(seed)
-        rows = [mb.tolist() for mb, _ in ppo.sequence_minibatches(agent, obs, start, valid, 4, 2)]
+        weights = (valid,) if ppo is ppo_vector_sameStep else ()  # SAME_STEP: the rows' weights beside the memory's
+        rows = [mb.tolist() for mb, _ in ppo.sequence_minibatches(agent, obs, start, valid, *weights, 4, 2)]
         assert min(map(len, rows)) >= 2 and sorted(sum(rows, [])) == list(range(6)), rows
 
 
