@@ -68,10 +68,9 @@ from torch.utils.tensorboard import SummaryWriter
 @dataclass
 class Args:
     """PPO for Box actions. Each run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Flags not
-    given follow the env where a table (Capabilities part) says so: ENV_DEFAULTS for Hopper-v5, Walker2d-v5,
-    BipedalWalker-v3 and EnvPool's DMC tasks (init-log-std -0.5), IMAGE_DEFAULTS for images of 36 x 36 or more, as
-    CarRacing-v3's. CleanRL's MuJoCo settings: --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0
-    --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
+    given follow the env where a table says so: ENV_DEFAULTS (Hopper-v5 and its kin, EnvPool's DMC tasks,
+    MountainCarContinuous-v0), IMAGE_DEFAULTS (images of 36 x 36 or more). CleanRL's MuJoCo settings: --num-envs 1
+    --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -91,8 +90,7 @@ class Args:
     """if toggled, record videos of env 0 to `videos/` (training) or of every episode (evaluation)"""
 
     env_id: str = "HalfCheetah-v5"
-    """an env id with Box actions: gymnasium's, `module:Id` (imports your module), EnvPool's (--env-backend), or a
-    PettingZoo parallel env's module (pettingzoo.sisl.multiwalker_v9: many agents, one policy)"""
+    """an env id with Box actions: gymnasium's, `module:Id`, EnvPool's (--env-backend) or a PettingZoo env's module"""
     env_kwargs: str = "{}"
     """keyword arguments of gym.make as JSON, e.g. '{"continuous": true}' (LunarLander-v3)"""
     env_backend: Literal["gymnasium", "envpool"] = "gymnasium"
@@ -158,8 +156,7 @@ class Args:
     eval_max_steps: int = 100000
     """an evaluation episode that has not ended after this many steps is cut there (for envs without a time limit)"""
     eval_sample: bool = False
-    """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically
-    (on for images, IMAGE_DEFAULTS: a deterministic Atari or CarRacing policy can repeat one failing play)"""
+    """if toggled, evaluation samples actions as training does, not the mean (IMAGE_DEFAULTS: on)"""
 
 
 def check_settings(args):
@@ -183,10 +180,7 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
     def thunk():
         os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())  # pygame (an env rendering) needs it set
         if capture_video and idx == 0:
-            env = gym.make(env_id, render_mode="rgb_array", **env_kwargs)
-            # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
-            trigger = (lambda episode: episode < film_first) if film_first else None
-            return StreamedVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
+            return filmed(gym.make(env_id, render_mode="rgb_array", **env_kwargs), video_folder, film_first)
         return gym.make(env_id, **env_kwargs)
 
     return thunk
@@ -199,7 +193,8 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None):
     if args.env_backend == "envpool":
         envs = envpool_envs(args, num_envs, seed)  # (Capabilities) EnvPool's C++ threads step the sub-envs
     elif parallel_games(args.env_id):
-        envs = ManyAgents(args, num_envs)  # (Capabilities) PettingZoo's games: a column for each agent of each game
+        # (Capabilities) PettingZoo's games: a column for each agent of each game
+        envs = ManyAgents(args, num_envs, video_folder, film_first)
     else:
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
                                                   video_folder, film_first) for i in range(num_envs)])
@@ -242,8 +237,7 @@ class Agent(nn.Module):
         layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[args.recurrent]
         self.memory = layer(features, 128 if nature_sized(space) else args.hidden_size) if layer else None
         features = self.memory.hidden_size if self.memory else features
-        # detail 13 / continuous detail 4: separate actor and critic networks, two tanh layers each (64-64 by default);
-        # after a Nature CNN none (linear heads on its 512 features, or on the memory's 128)
+        # detail 13 / continuous detail 4: separate actor and critic, two tanh layers each; none after a Nature CNN
         hidden_sizes = [] if nature_sized(space) else [args.hidden_size, args.hidden_size]
         self.critic = mlp(features, hidden_sizes, 1, std=1.0)
         self.actor = mlp(features, hidden_sizes, action_dim, std=0.01)  # the mean of each action dimension
@@ -336,7 +330,7 @@ def compute_advantages(rewards, values, next_values, terminations, dones, gamma,
 
 def real_transitions(valid, **rollout):
     """Flatten [num_steps, num_envs] rollout arrays into one batch (a dict of tensors) of the rows with valid == 1.
-    Rows with valid == 0 are NEXT_STEP autoreset steps, not transitions: no weight at all in the update."""
+    Rows with valid == 0 (NEXT_STEP autoreset steps, a departed agent's) are not transitions: no weight at all."""
     keep = valid.reshape(-1) > 0
     return {name: torch.from_numpy(x.reshape((-1,) + x.shape[2:])[keep]) for name, x in rollout.items()}
 
@@ -405,17 +399,15 @@ def train(args, checkpoint=None):
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
     state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
 
-    # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
-    obs = np.zeros((args.num_steps, num_envs) + space.shape, dtype=buffer_dtype(space))  # images stay uint8
-    actions = np.zeros((args.num_steps, num_envs) + envs.single_action_space.shape, dtype=np.float32)
-    logprobs, rewards, terminations, dones, valid = (np.zeros((args.num_steps, num_envs), dtype=np.float32)
-                                                     for _ in range(5))
+    rows = (args.num_steps, num_envs)  # Rollout buffer, [num_steps, num_envs]: a column is a sub-env's sequence
+    obs = np.zeros(rows + space.shape, dtype=buffer_dtype(space))  # (Capabilities) images stay uint8
+    actions = np.zeros(rows + envs.single_action_space.shape, dtype=np.float32)
+    logprobs, rewards, terminations, dones, valid = (np.zeros(rows, dtype=np.float32) for _ in range(5))
     low, high = envs.single_action_space.low, envs.single_action_space.high
 
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * num_envs * args.num_steps  # environment steps so far
-        next_obs, _ = envs.reset(seed=seed)
-        next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
+        next_obs = normalize_obs(envs.reset(seed=seed)[0], obs_rms, args, update=True, floats=floats)
         next_reset = np.zeros(num_envs, dtype=np.float32)  # no sub-env reset before the first step
         memory_state = agent.initial_state(num_envs)  # the memory's (--recurrent), carried from step to step
         for iteration in range(start_iteration, num_iterations + 1):
@@ -432,9 +424,8 @@ def train(args, checkpoint=None):
                 valid[step] = 1.0 - next_reset
                 with torch.no_grad():
                     # the state is zeroed after an autoreset row, which read the final observation of an episode
-                    hidden, memory_state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device),
-                                                          memory_state,
-                                                          torch.from_numpy(valid[step: step + 1]).to(device))
+                    hidden, memory_state = agent.remember(torch.from_numpy(obs[step, None]).to(device), memory_state,
+                                                          torch.from_numpy(valid[step, None]).to(device))
                     action, logprob, _ = agent.policy(hidden)
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = logprob.cpu().numpy()
@@ -455,7 +446,7 @@ def train(args, checkpoint=None):
             # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row. With memory, under
             # the state that reached each row: a truncated episode's final observation under its episode's state.
             rollout_obs, rollout_valid = torch.from_numpy(obs).to(device), torch.from_numpy(valid).to(device)
-            values = torch.zeros((args.num_steps, num_envs), device=device)
+            values = torch.zeros(rows, device=device)
             with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
                 for group in torch.arange(num_envs).tensor_split(min(args.num_minibatches, num_envs)):
                     hidden, _ = agent.remember(rollout_obs[:, group], start_memory_state[group],
@@ -757,6 +748,13 @@ def sequence_minibatches(agent, obs, state, valid, num_minibatches, sequence_len
         yield row[:, seqs].flatten()[real], hidden[real]
 
 
+def filmed(env, video_folder, film_first=None):
+    """env filmed to video_folder: training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...), evaluation films
+    its first `film_first` episodes."""
+    trigger = (lambda episode: episode < film_first) if film_first else None
+    return StreamedVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
+
+
 class StreamedVideo(gym.wrappers.RecordVideo):
     """gymnasium's RecordVideo (1.4.0), but each frame goes to the file as it is rendered: RecordVideo holds an
     episode's frames in memory until it ends (a 27,000-step Atari game filmed in color: about 10.9 GB)."""
@@ -800,17 +798,16 @@ def parallel_games(env_id):
     return None
 
 
-def make_game(args):
-    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back);
-    what the scripts cannot take raises ValueError (said in one line when the env is checked)."""
+def make_game(args, render=False):
+    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back),
+    rendering frames if asked; what the scripts cannot take raises ValueError (said in one line when checked)."""
     if not hasattr(parallel_games(args.env_id), "parallel_env"):  # PettingZoo's AEC envs have env() only
         raise ValueError(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() "
                          "returns pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
-    if args.capture_video:
-        raise ValueError("--capture-video does not film PettingZoo's games yet: drop it")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "The old environment creation API", DeprecationWarning)
-        return parallel_games(args.env_id).parallel_env(**json.loads(args.env_kwargs))
+        kwargs = {"render_mode": "rgb_array"} if render else {}
+        return parallel_games(args.env_id).parallel_env(**kwargs, **json.loads(args.env_kwargs))
 
 
 def columns(args):
@@ -833,8 +830,8 @@ class ManyAgents(gym.vector.VectorEnv):
     "team_episode" at the game's first column. --agent-id puts a one-hot of the
     agent's index beside its observation."""
 
-    def __init__(self, args, games):
-        self.games = [make_game(args) for _ in range(games)]
+    def __init__(self, args, games, video_folder=None, film_first=None):
+        self.games = [make_game(args, render=args.capture_video and g == 0) for g in range(games)]
         game = self.games[0]
         self.agents = list(game.possible_agents)
         spaces = {(str(game.observation_space(agent)), str(game.action_space(agent))) for agent in self.agents}
@@ -842,6 +839,8 @@ class ManyAgents(gym.vector.VectorEnv):
             raise ValueError(f"its agents' spaces differ ({', '.join(sorted(map(str, spaces)))}); one policy needs one "
                              "observation and one action space (pad them to one in a wrapper)")
         space = game.observation_space(self.agents[0])
+        if args.capture_video and video_folder is not None:  # game 0 filmed as env 0 is, an episode a game
+            self.games[0] = filmed(OneGame(game), video_folder, film_first)
         self.ids = np.eye(len(self.agents), dtype=np.float32) if args.agent_id else None
         if args.agent_id:
             space = gym.spaces.Dict({"observation": space, "agent_id": gym.spaces.Box(0, 1, self.ids[0].shape)})
@@ -913,6 +912,27 @@ class ManyAgents(gym.vector.VectorEnv):
     def close(self, **kwargs):
         for game in self.games:
             game.close()
+
+
+class OneGame(gym.Env):
+    """One PettingZoo game as a gymnasium env (its dicts of actions, rewards and ends as they are), to be filmed."""
+
+    def __init__(self, game):
+        self.game = game
+        self.metadata = game.metadata
+        self.render_mode = "rgb_array"
+
+    def reset(self, seed=None, options=None):
+        return self.game.reset(seed=seed, options=options)
+
+    def step(self, actions):
+        return self.game.step(actions)
+
+    def render(self):
+        return self.game.render()
+
+    def close(self):
+        self.game.close()
 
 
 def engine_resets(done, infos):

@@ -6,9 +6,8 @@
 Three parts, each opened by a banner line. The PPO core (Args, envs, Agent, GAE, loss, train(): the rollout, GAE and
 update as visible loops) is all that plain PPO on vectors (CartPole-v1) runs through; "detail N" names the details of
 "The 37 Implementation Details of PPO" (Huang et al., 2022). Capabilities: what the core calls only for images and
-Atari, Dict observations, multi-part actions and masks, memory, many agents (PettingZoo), the defaults tables. Run
-safety: checks, checkpoints, faults, progress, evaluation; nothing there changes what PPO computes (its banner: what it
-does with each change).
+Atari, Dicts, multi-part actions and masks, memory, many agents, the defaults tables. Run safety: checks, checkpoints,
+faults, progress, evaluation; nothing there changes what PPO computes (its banner: what it does with each change).
 Where a change goes:
 - a setting: a field of Args (its checks: check_settings); a network: Agent (Agent.log_probs reads the actor);
 - a loss term: ppo_loss (the minibatch is a dict; each statistic it returns is logged as losses/<name>);
@@ -159,8 +158,7 @@ class Args:
     eval_max_steps: int = 100000
     """an evaluation episode that has not ended after this many steps is cut there (for envs without a time limit)"""
     eval_sample: bool = False
-    """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically
-    (on for images, IMAGE_DEFAULTS: a deterministic Atari or CarRacing policy can repeat one failing play)"""
+    """if toggled, evaluation samples actions as training does, not the likeliest (IMAGE_DEFAULTS: on)"""
 
 
 def check_settings(args):
@@ -192,9 +190,7 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
         if ActionMasks.in_observation(env) or env.has_wrapper_attr("action_masks"):
             env = ActionMasks(env)  # (Capabilities) a mask given another way goes to the info, as Taxi-v4 gives it
         if capture_video and idx == 0:  # filmed before preprocessing: every frame, in color
-            # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
-            trigger = (lambda episode: episode < film_first) if film_first else None
-            env = StreamedVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
+            env = filmed(env, video_folder, film_first)  # (Capabilities)
         if ale:  # Atari details: up to 30 no-op starts, frame skip 4 with max-pooling, 84 x 84 gray, `frames` stacked
             env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=30), frames)
         return env
@@ -208,7 +204,8 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None, training=True
     if args.env_backend == "envpool":
         envs = envpool_envs(args, num_envs, seed, frames)  # (Capabilities) EnvPool's C++ threads step the sub-envs
     elif parallel_games(args.env_id):
-        envs = ManyAgents(args, num_envs)  # (Capabilities) PettingZoo's games: a column for each agent of each game
+        # (Capabilities) PettingZoo's games: a column for each agent of each game
+        envs = ManyAgents(args, num_envs, video_folder, film_first)
     else:
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,
                                                   video_folder, film_first, frames) for i in range(num_envs)])
@@ -255,8 +252,7 @@ class Agent(nn.Module):
         layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[args.recurrent]
         self.memory = layer(features, 128 if nature_sized(space) else args.hidden_size) if layer else None
         features = self.memory.hidden_size if self.memory else features
-        # detail 13: separate actor and critic networks, two tanh layers each (64-64 by default); after a Nature CNN
-        # none (Atari details: linear heads on its 512 features, or on the memory's 128)
+        # detail 13: separate actor and critic, two tanh layers each; none after a Nature CNN (Atari: linear heads)
         hidden_sizes = [] if nature_sized(space) else [args.hidden_size, args.hidden_size]
         self.critic = mlp(features, hidden_sizes, 1, std=1.0)
         self.actor = mlp(features, hidden_sizes, sum(self.parts), std=0.01)  # the logits of every value of every part
@@ -314,7 +310,7 @@ def compute_advantages(rewards, values, next_values, terminations, dones, gamma,
 
 def real_transitions(valid, **rollout):
     """Flatten [num_steps, num_envs] rollout arrays into one batch (a dict of tensors) of the rows with valid == 1.
-    Rows with valid == 0 are NEXT_STEP autoreset steps, not transitions: no weight at all in the update."""
+    Rows with valid == 0 (NEXT_STEP autoreset steps, a departed agent's) are not transitions: no weight at all."""
     keep = valid.reshape(-1) > 0
     return {name: torch.from_numpy(x.reshape((-1,) + x.shape[2:])[keep]) for name, x in rollout.items()}
 
@@ -372,20 +368,19 @@ def train(args, checkpoint=None):
 
     seed = args.seed + start_iteration - 1  # a resumed run starts fresh episodes, seeded apart from the first ones
     envs = make_envs(args, args.num_envs, os.path.join("videos", run.name), seed)
-    torch.set_num_threads(torch_threads(envs.single_observation_space))  # (Capabilities) every core for a Nature CNN
+    space = envs.single_observation_space
+    torch.set_num_threads(torch_threads(space))  # (Capabilities) every core for a Nature CNN
     agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     reward_scaler = RewardScaler(num_envs, args.gamma)  # (Capabilities) --norm-reward, on with memory
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
     state = {"model": agent, "optimizer": optimizer, "return_rms": reward_scaler.return_rms}
 
-    # Rollout buffer, [num_steps, num_envs]: each column is one sub-environment's sequence in time.
-    obs = np.zeros((args.num_steps, num_envs) + envs.single_observation_space.shape,
-                   dtype=buffer_dtype(envs.single_observation_space))  # (Capabilities) images stay uint8
-    actions = np.zeros((args.num_steps, num_envs, len(agent.parts)), dtype=np.int64)  # an index into each part
-    masks = np.ones((args.num_steps, num_envs, sum(agent.parts)), dtype=bool)  # the valid actions at each step
-    logprobs, rewards, terminations, dones, valid = (np.zeros((args.num_steps, num_envs), dtype=np.float32)
-                                                     for _ in range(5))
+    rows = (args.num_steps, num_envs)  # Rollout buffer, [num_steps, num_envs]: a column is a sub-env's sequence
+    obs = np.zeros(rows + space.shape, dtype=buffer_dtype(space))  # (Capabilities) images stay uint8
+    actions = np.zeros(rows + (len(agent.parts),), dtype=np.int64)  # an index into each part
+    masks = np.ones(rows + (sum(agent.parts),), dtype=bool)  # the valid actions at each step
+    logprobs, rewards, terminations, dones, valid = (np.zeros(rows, dtype=np.float32) for _ in range(5))
 
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * num_envs * args.num_steps  # environment steps so far
@@ -410,9 +405,8 @@ def train(args, checkpoint=None):
                 with torch.no_grad():
                     mask = torch.from_numpy(masks[step]).to(device) if masked else None
                     # the state is zeroed after an autoreset row, which read the final observation of an episode
-                    hidden, memory_state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device),
-                                                          memory_state,
-                                                          torch.from_numpy(valid[step: step + 1]).to(device))
+                    hidden, memory_state = agent.remember(torch.from_numpy(obs[step, None]).to(device), memory_state,
+                                                          torch.from_numpy(valid[step, None]).to(device))
                     action, logprob, _ = agent.policy(hidden, mask=mask)
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = logprob.cpu().numpy()
@@ -432,7 +426,7 @@ def train(args, checkpoint=None):
             # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row. With memory, under
             # the state that reached each row: a truncated episode's final observation under its episode's state.
             rollout_obs, rollout_valid = torch.from_numpy(obs).to(device), torch.from_numpy(valid).to(device)
-            values = torch.zeros((args.num_steps, num_envs), device=device)
+            values = torch.zeros(rows, device=device)
             with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
                 for group in torch.arange(num_envs).tensor_split(min(args.num_minibatches, num_envs)):
                     hidden, _ = agent.remember(rollout_obs[:, group], start_memory_state[group],
@@ -847,6 +841,13 @@ class RewardScaler:
         return np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -10.0, 10.0)
 
 
+def filmed(env, video_folder, film_first=None):
+    """env filmed to video_folder: training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...), evaluation films
+    its first `film_first` episodes."""
+    trigger = (lambda episode: episode < film_first) if film_first else None
+    return StreamedVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
+
+
 class StreamedVideo(gym.wrappers.RecordVideo):
     """gymnasium's RecordVideo (1.4.0), but each frame goes to the file as it is rendered: RecordVideo holds an
     episode's frames in memory until it ends (a 27,000-step Atari game filmed in color: about 10.9 GB)."""
@@ -890,17 +891,16 @@ def parallel_games(env_id):
     return None
 
 
-def make_game(args):
-    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back);
-    what the scripts cannot take raises ValueError (said in one line when the env is checked)."""
+def make_game(args, render=False):
+    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back),
+    rendering frames if asked; what the scripts cannot take raises ValueError (said in one line when checked)."""
     if not hasattr(parallel_games(args.env_id), "parallel_env"):  # PettingZoo's AEC envs have env() only
         raise ValueError(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() "
                          "returns pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
-    if args.capture_video:
-        raise ValueError("--capture-video does not film PettingZoo's games yet: drop it")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "The old environment creation API", DeprecationWarning)
-        return parallel_games(args.env_id).parallel_env(**json.loads(args.env_kwargs))
+        kwargs = {"render_mode": "rgb_array"} if render else {}
+        return parallel_games(args.env_id).parallel_env(**kwargs, **json.loads(args.env_kwargs))
 
 
 def columns(args):
@@ -925,8 +925,8 @@ class ManyAgents(gym.vector.VectorEnv):
 
     mask_source = "each agent's 'action_mask' entry"
 
-    def __init__(self, args, games):
-        self.games = [make_game(args) for _ in range(games)]
+    def __init__(self, args, games, video_folder=None, film_first=None):
+        self.games = [make_game(args, render=args.capture_video and g == 0) for g in range(games)]
         game = self.games[0]
         self.agents = list(game.possible_agents)
         spaces = {(str(game.observation_space(agent)), str(game.action_space(agent))) for agent in self.agents}
@@ -936,6 +936,8 @@ class ManyAgents(gym.vector.VectorEnv):
         space = game.observation_space(self.agents[0])
         self.masked = isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces
         space = space["observation"] if self.masked else space
+        if args.capture_video and video_folder is not None:  # game 0 filmed as env 0 is, an episode a game
+            self.games[0] = filmed(OneGame(game), video_folder, film_first)
         self.ids = np.eye(len(self.agents), dtype=np.float32) if args.agent_id else None
         if args.agent_id:
             space = gym.spaces.Dict({"observation": space, "agent_id": gym.spaces.Box(0, 1, self.ids[0].shape)})
@@ -1014,6 +1016,27 @@ class ManyAgents(gym.vector.VectorEnv):
     def close(self, **kwargs):
         for game in self.games:
             game.close()
+
+
+class OneGame(gym.Env):
+    """One PettingZoo game as a gymnasium env (its dicts of actions, rewards and ends as they are), to be filmed."""
+
+    def __init__(self, game):
+        self.game = game
+        self.metadata = game.metadata
+        self.render_mode = "rgb_array"
+
+    def reset(self, seed=None, options=None):
+        return self.game.reset(seed=seed, options=options)
+
+    def step(self, actions):
+        return self.game.step(actions)
+
+    def render(self):
+        return self.game.render()
+
+    def close(self):
+        self.game.close()
 
 
 # ==================== Run safety: nothing below changes what PPO computes ====================

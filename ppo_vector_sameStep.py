@@ -5,10 +5,9 @@
 
 Each sub-environment runs in its own process (gymnasium's AsyncVectorEnv; `--vectorization-mode sync` runs them in this
 process). Autoreset is SAME_STEP: a sub-environment whose episode ends is reset inside the same step() call, the
-returned observation is already the next episode's first, and the true last observation comes in infos["final_obs"].
-Every step is a real transition (no masked rows, unlike NEXT_STEP), but a truncated episode must be bootstrapped from
-infos["final_obs"]. Box actions work, and categorical ones (Discrete, MultiDiscrete, MultiBinary) with the env's
-invalid-action masks.
+returned observation is already the next episode's first, and the true last observation (a truncation's bootstrap) comes
+in infos["final_obs"]. Every step is a transition (no autoreset rows, unlike NEXT_STEP; a departed agent's rows weigh
+nothing). Box actions, and categorical ones (Discrete, MultiDiscrete, MultiBinary) with invalid-action masks.
 
 Three parts, each opened by a banner line. The PPO core (Args, envs, Agent, normalization, GAE, loss, train(): the
 rollout, GAE and update as visible loops) is all that plain PPO on vectors runs through; "detail N" / "continuous
@@ -75,10 +74,9 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Args:
-    """PPO with same-step autoreset in worker processes. Each run's events and checkpoint go to the folder
-    runs/<env>__<exp-name>__<seed>__<time>/. Flags not given follow the env where a table (Capabilities part) says so:
-    ENV_DEFAULTS for Hopper-v5, Walker2d-v5 and BipedalWalker-v3 (init-log-std -0.5), IMAGE_DEFAULTS for images
-    of 36 x 36 or more (Atari, CarRacing-v3), MEMORY_DEFAULTS with --recurrent on categorical actions."""
+    """PPO with same-step autoreset, each run's events and checkpoint in runs/<env>__<exp-name>__<seed>__<time>/. Flags
+    not given follow the env where a table says so: ENV_DEFAULTS (Hopper-v5 and its kin, MountainCarContinuous-v0),
+    IMAGE_DEFAULTS (images of 36 x 36 or more), MEMORY_DEFAULTS (--recurrent, categorical actions)."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -168,8 +166,7 @@ class Args:
     eval_max_steps: int = 100000
     """an evaluation episode that has not ended after this many steps is cut there (for envs without a time limit)"""
     eval_sample: bool = False
-    """if toggled, evaluation samples actions from the policy, as in training, instead of acting deterministically
-    (on for images, IMAGE_DEFAULTS: a deterministic Atari or CarRacing policy can repeat one failing play)"""
+    """if toggled, evaluation samples actions as training does, not the likeliest or the mean (IMAGE_DEFAULTS: on)"""
 
 
 def check_settings(args):
@@ -202,9 +199,7 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
         if ActionMasks.in_observation(env) or env.has_wrapper_attr("action_masks"):
             env = ActionMasks(env)  # (Capabilities) a mask given another way goes to the info, as Taxi-v4 gives it
         if capture_video and idx == 0:  # filmed before preprocessing: every frame, in color
-            # training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...); evaluation films its first episodes
-            trigger = (lambda episode: episode < film_first) if film_first else None
-            env = StreamedVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
+            env = filmed(env, video_folder, film_first)  # (Capabilities)
         if ale:  # Atari details: up to 30 no-op starts, frame skip 4 with max-pooling, 84 x 84 gray, `frames` stacked
             env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=30), frames)
         if not flat:  # check_env: the space that the env and its own wrappers give, before it is flattened
@@ -225,13 +220,14 @@ def make_envs(args, num_envs, video_folder, mode, film_first=None, training=True
     if args.capture_video and not os.environ.get("DISPLAY"):
         os.environ.setdefault("MUJOCO_GL", "egl")  # render MuJoCo without a display
     frames = 4 if args.recurrent == "none" else 1  # memory reads Atari one frame at a time (CleanRL's LSTM as well)
-    env_fns = [make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video, video_folder, film_first,
-                        frames) for i in range(num_envs)]
     # detail 1: vectorized architecture, here with SAME_STEP autoreset
-    vector_env = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
-    if parallel_games(args.env_id):  # (Capabilities) PettingZoo's games: a column for each agent of each game
-        envs = ManyAgents(args, num_envs)
+    if parallel_games(args.env_id):
+        # (Capabilities) PettingZoo's games: a column for each agent of each game
+        envs = ManyAgents(args, num_envs, video_folder, film_first)
     else:
+        vector_env = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
+        env_fns = [make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video, video_folder, film_first,
+                            frames) for i in range(num_envs)]
         envs = vector_env(env_fns, autoreset_mode=AutoresetMode.SAME_STEP)
     if training and registered_id(args.env_id).startswith("ALE/"):
         envs = AtariTraining(envs)  # (Capabilities) a lost life ends a training episode; rewards clipped
@@ -273,8 +269,7 @@ class Agent(nn.Module):
         layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[args.recurrent]
         self.memory = layer(features, 128 if nature_sized(space) else args.hidden_size) if layer else None
         features = self.memory.hidden_size if self.memory else features
-        # detail 13: separate actor and critic networks, two tanh layers each (64-64 by default); after a Nature CNN
-        # none (Atari details: linear heads on its 512 features, or on the memory's 128)
+        # detail 13: separate actor and critic, two tanh layers each; none after a Nature CNN (Atari: linear heads)
         hidden_sizes = [] if nature_sized(space) else [args.hidden_size, args.hidden_size]
         self.critic = mlp(features, hidden_sizes, 1, std=1.0)
         self.actor = mlp(features, hidden_sizes, action_dim, std=0.01)  # logits (categorical) or the mean (Box)
@@ -357,10 +352,11 @@ class RewardScaler:
         self.discounted_return = np.zeros(num_envs, np.float64)
         self.gamma = gamma
 
-    def scale(self, reward, done):
-        """reward, done (the step ended an episode): [num_envs]. Under SAME_STEP every step is a transition."""
+    def scale(self, reward, real, done):
+        """reward, real (a transition: not a departed agent's row), done (the step ended an episode): [num_envs]."""
         self.discounted_return = self.discounted_return * self.gamma + reward
-        self.return_rms.update(self.discounted_return)
+        if real.any():
+            self.return_rms.update(self.discounted_return[real])
         self.discounted_return[done] = 0.0
         return np.clip(reward / np.sqrt(self.return_rms.var + 1e-8), -10.0, 10.0)
 
@@ -368,9 +364,8 @@ class RewardScaler:
 def compute_advantages(rewards, values, next_values, terminations, dones, gamma, gae_lambda):
     """Generalized advantage estimation (detail 5) over a [num_steps, num_envs] rollout, each column (sub-env) its own
     sequence. values[t] is V(obs[t]); next_values[t] is V of the true observation after step t: V(obs[t + 1]) while the
-    episode goes on, V(infos["final_obs"]) when step t ended it (under SAME_STEP, obs[t + 1] already belongs to the next
-    episode), the bootstrap a truncation (time limit) needs. A termination has no future (no bootstrap); any episode
-    end stops the recursion between episodes."""
+    episode goes on, V(infos["final_obs"]) when step t ended it (obs[t + 1] is the next episode's first), the bootstrap
+    a truncation (time limit) needs. A termination has no future (no bootstrap); an episode end stops the recursion."""
     advantages = np.zeros_like(rewards)
     last_advantage = np.zeros(rewards.shape[1], dtype=rewards.dtype)
     for t in reversed(range(rewards.shape[0])):
@@ -484,8 +479,7 @@ def train(args, checkpoint=None):
                 masks[step] = next_mask  # kept: the update scores each action under the mask it was chosen under
                 with torch.no_grad():
                     mask = torch.from_numpy(masks[step]).to(device) if masked else None
-                    hidden, memory_state = agent.remember(torch.from_numpy(obs[step: step + 1]).to(device),
-                                                          memory_state)
+                    hidden, memory_state = agent.remember(torch.from_numpy(obs[step, None]).to(device), memory_state)
                     action, logprob, _ = agent.policy(hidden, mask=mask)
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = logprob.cpu().numpy()
@@ -504,7 +498,7 @@ def train(args, checkpoint=None):
                     run.log_episodes(infos["final_info"], global_step)  # statistics of the episodes that ended
                 next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
                 if args.norm_reward:
-                    reward = reward_scaler.scale(reward, done=next_done)
+                    reward = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done)
                 rewards[step] = reward
                 terminations[step] = terminated
                 dones[step] = next_done
@@ -532,8 +526,7 @@ def train(args, checkpoint=None):
             # Flatten the rollout into one batch: under SAME_STEP every row is a transition (but a departed agent's).
             batch = dict(obs=obs, actions=actions, logprobs=logprobs, advantages=advantages, returns=returns,
                          values=values, **({"masks": masks} if masked else {}))
-            keep = torch.from_numpy(valid.reshape(-1) > 0)
-            batch = {name: torch.from_numpy(x.reshape((-1,) + x.shape[2:]))[keep].to(device)
+            batch = {name: torch.from_numpy(x.reshape((-1,) + x.shape[2:])[valid.reshape(-1) > 0]).to(device)
                      for name, x in batch.items()}
             b_obs = batch.pop("obs")  # the rest is what the loss reads
 
@@ -887,6 +880,13 @@ def sequence_minibatches(agent, obs, state, keep, valid, num_minibatches, sequen
         yield row[:, seqs].flatten()[real], hidden[real]
 
 
+def filmed(env, video_folder, film_first=None):
+    """env filmed to video_folder: training keeps gymnasium's schedule (episodes 0, 1, 8, 27, ...), evaluation films
+    its first `film_first` episodes."""
+    trigger = (lambda episode: episode < film_first) if film_first else None
+    return StreamedVideo(env, video_folder, episode_trigger=trigger, disable_logger=True)
+
+
 class StreamedVideo(gym.wrappers.RecordVideo):
     """gymnasium's RecordVideo (1.4.0), but each frame goes to the file as it is rendered: RecordVideo holds an
     episode's frames in memory until it ends (a 27,000-step Atari game filmed in color: about 10.9 GB)."""
@@ -930,17 +930,16 @@ def parallel_games(env_id):
     return None
 
 
-def make_game(args):
-    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back);
-    what the scripts cannot take raises ValueError (said in one line when the env is checked)."""
+def make_game(args, render=False):
+    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back),
+    rendering frames if asked; what the scripts cannot take raises ValueError (said in one line when checked)."""
     if not hasattr(parallel_games(args.env_id), "parallel_env"):  # PettingZoo's AEC envs have env() only
         raise ValueError(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() "
                          "returns pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
-    if args.capture_video:
-        raise ValueError("--capture-video does not film PettingZoo's games yet: drop it")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "The old environment creation API", DeprecationWarning)
-        return parallel_games(args.env_id).parallel_env(**json.loads(args.env_kwargs))
+        kwargs = {"render_mode": "rgb_array"} if render else {}
+        return parallel_games(args.env_id).parallel_env(**kwargs, **json.loads(args.env_kwargs))
 
 
 def columns(args):
@@ -966,8 +965,8 @@ class ManyAgents(gym.vector.VectorEnv):
 
     mask_source = "each agent's 'action_mask' entry"
 
-    def __init__(self, args, games):
-        self.games = [make_game(args) for _ in range(games)]
+    def __init__(self, args, games, video_folder=None, film_first=None):
+        self.games = [make_game(args, render=args.capture_video and g == 0) for g in range(games)]
         game = self.games[0]
         self.agents = list(game.possible_agents)
         spaces = {(str(game.observation_space(agent)), str(game.action_space(agent))) for agent in self.agents}
@@ -977,6 +976,8 @@ class ManyAgents(gym.vector.VectorEnv):
         space = game.observation_space(self.agents[0])
         self.masked = isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces
         self.space = space["observation"] if self.masked else space  # flattened here (SAME_STEP: no vector wrapper)
+        if args.capture_video and video_folder is not None:  # game 0 filmed as env 0 is, an episode a game
+            self.games[0] = filmed(OneGame(game), video_folder, film_first)
         self.ids = np.eye(len(self.agents), dtype=np.float32)[:, : len(self.agents) if args.agent_id else 0]
         size = gym.spaces.flatdim(self.space) + self.ids.shape[1]
         self.num_envs = games * len(self.agents)
@@ -1048,6 +1049,27 @@ class ManyAgents(gym.vector.VectorEnv):
     def close(self, **kwargs):
         for game in self.games:
             game.close()
+
+
+class OneGame(gym.Env):
+    """One PettingZoo game as a gymnasium env (its dicts of actions, rewards and ends as they are), to be filmed."""
+
+    def __init__(self, game):
+        self.game = game
+        self.metadata = game.metadata
+        self.render_mode = "rgb_array"
+
+    def reset(self, seed=None, options=None):
+        return self.game.reset(seed=seed, options=options)
+
+    def step(self, actions):
+        return self.game.step(actions)
+
+    def render(self):
+        return self.game.render()
+
+    def close(self):
+        self.game.close()
 
 
 def real_rows(infos, num_envs):

@@ -26,8 +26,15 @@ class Relay:
     is paid i + 1 a step, so that every real step pays 1 or more. The observation: the step count. Actions: Discrete(2),
     or with box=True a Box of one number in [-1, 1]."""
 
-    def __init__(self, short=2, long=5, box=False):
+    metadata = {"render_fps": 5}
+
+    def __init__(self, short=2, long=5, box=False, render_mode=None):
         self.possible_agents, self.short, self.long, self.box = ["runner_0", "runner_1"], short, long, box
+        self.render_mode = render_mode
+
+    def render(self):
+        assert self.render_mode == "rgb_array", "a frame asked of a game made without render_mode"
+        return np.full((16, 16, 3), 40 * self.t, np.uint8)
 
     def observation_space(self, agent):
         return gym.spaces.Box(0, 100, (1,), np.float32)
@@ -163,6 +170,23 @@ def test_a_run_of_many_agents_resumes_and_extends(ppo, games, monkeypatch, capsy
     assert run_main(ppo, ["--resume", checkpoint, "--env-id", "relay", "--total-timesteps", "256"], monkeypatch) == 0
     assert ppo.load_checkpoint(checkpoint)["global_step"] == 256
     assert "extend with:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_capture_video_films_the_first_game_in_training_and_every_evaluated_game(ppo, games, monkeypatch):
+    """A relay game is 5 steps: each video holds its first frame and one a step (6), of game 0 only."""
+    import imageio_ffmpeg
+    flags = ["--env-id", "relay", "--env-kwargs", kwargs(ppo), "--num-envs", "2", "--num-steps", "16",
+             "--num-minibatches", "2", "--total-timesteps", "64", "--capture-video"]
+    assert run_main(ppo, flags, monkeypatch) == 0
+    trained = sorted(glob.glob("videos/*/rl-video-episode-*.mp4"))
+    assert [os.path.basename(v) for v in trained] == ["rl-video-episode-0.mp4", "rl-video-episode-1.mp4"]
+    assert imageio_ffmpeg.count_frames_and_secs(trained[0])[0] == 6
+    checkpoint = glob.glob("runs/*/checkpoint.pt")[0]
+    assert run_main(ppo, ["--eval-checkpoint", checkpoint, "--env-id", "relay", "--eval-episodes", "3",
+                          "--capture-video"], monkeypatch) == 0
+    evaluated = sorted(glob.glob("videos/*-eval/*.mp4"))
+    assert len(evaluated) == 3 and all(imageio_ffmpeg.count_frames_and_secs(v)[0] == 6 for v in evaluated)
 
 
 @pytest.mark.parametrize("env_id, said", [
