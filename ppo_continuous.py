@@ -23,12 +23,11 @@ import sys
 
 
 def exit_interrupted(signum=None, frame=None):
-    """A stop before training: one line, status 1, a further Ctrl-C let go (raising there would cut the line). As the
-    handler while torch loads it ends the process itself (a SystemExit raised can land in a callback Python ignores)"""
+    """A stop before training: one line, status 1, a further Ctrl-C let go (raising there would cut the line)."""
     signal.signal(signal.SIGINT, lambda signum, frame: None)
-    if signum is not None:  # nothing to close or save yet
+    if signum is not None:  # the handler while the modules load: nothing to close or save yet
         os.write(2, b"interrupted\n")
-        os._exit(1)
+        os._exit(1)  # a SystemExit raised here can land in a callback of torch's loading, which Python ignores
     sys.exit("interrupted")
 
 
@@ -799,15 +798,13 @@ def parallel_games(env_id):
 
 
 def make_game(args, render=False):
-    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back),
-    rendering frames if asked; what the scripts cannot take raises ValueError (said in one line when checked)."""
+    """One PettingZoo game, as --env-id and --env-kwargs name it, rendering frames if asked; what the scripts cannot
+    take raises ValueError (said in one line when the env is checked)."""
     if not hasattr(parallel_games(args.env_id), "parallel_env"):  # PettingZoo's AEC envs have env() only
         raise ValueError(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() "
                          "returns pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "The old environment creation API", DeprecationWarning)
-        kwargs = {"render_mode": "rgb_array"} if render else {}
-        return parallel_games(args.env_id).parallel_env(**kwargs, **json.loads(args.env_kwargs))
+    kwargs = {"render_mode": "rgb_array"} if render else {}
+    return parallel_games(args.env_id).parallel_env(**kwargs, **json.loads(args.env_kwargs))
 
 
 def columns(args):

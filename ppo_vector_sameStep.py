@@ -28,12 +28,11 @@ import sys
 
 
 def exit_interrupted(signum=None, frame=None):
-    """A stop before training: one line, status 1, a further Ctrl-C let go (raising there would cut the line). As the
-    handler while torch loads it ends the process itself (a SystemExit raised can land in a callback Python ignores)"""
+    """A stop before training: one line, status 1, a further Ctrl-C let go (raising there would cut the line)."""
     signal.signal(signal.SIGINT, lambda signum, frame: None)
-    if signum is not None:  # nothing to close or save yet
+    if signum is not None:  # the handler while the modules load: nothing to close or save yet
         os.write(2, b"interrupted\n")
-        os._exit(1)
+        os._exit(1)  # a SystemExit raised here can land in a callback of torch's loading, which Python ignores
     sys.exit("interrupted")
 
 
@@ -53,7 +52,6 @@ import tempfile
 import threading
 import time
 import traceback
-import warnings
 from collections import deque
 from dataclasses import asdict, dataclass, fields
 from typing import Literal, Optional
@@ -147,8 +145,7 @@ class Args:
     init_log_std: float = -1.0
     """Box actions: the log standard deviation the policy starts with (0: std 1; Humanoid's lie in [-0.4, 0.4])"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
-    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder; flags not given take
-    MEMORY_DEFAULTS with categorical actions (reward scaling, 4 minibatches, 16-step sequences), but on big images"""
+    """memory, for envs that hide part of their state: an LSTM or GRU after the encoder (its flags: MEMORY_DEFAULTS)"""
     sequence_length: int = 0
     """with memory, the update replays sequences of this many steps (dividing num_steps), each from its first state
     as the weights of the epoch's start compute it, no gradient through it (faster); 0: each sub-env's whole rollout"""
@@ -380,9 +377,8 @@ def final_observation_values(agent, final_obs, final_states, ended):
     under the memory's state that reached it; 0 elsewhere (the rows where nothing ended are not read)."""
     values = np.zeros(ended.shape, dtype=np.float32)
     if ended.any():
-        device = final_states.device
-        hidden, _ = agent.remember(torch.from_numpy(final_obs[ended][None]).to(device),
-                                   final_states[torch.from_numpy(ended).to(device)])
+        hidden, _ = agent.remember(torch.from_numpy(final_obs[ended][None]).to(final_states.device),
+                                   final_states[torch.from_numpy(ended).to(final_states.device)])
         values[ended] = agent.critic(hidden).view(-1).cpu().numpy()
     return values
 
@@ -931,15 +927,13 @@ def parallel_games(env_id):
 
 
 def make_game(args, render=False):
-    """One PettingZoo game, as --env-id and --env-kwargs name it (PettingZoo 1.27's note on its older API held back),
-    rendering frames if asked; what the scripts cannot take raises ValueError (said in one line when checked)."""
+    """One PettingZoo game, as --env-id and --env-kwargs name it, rendering frames if asked; what the scripts cannot
+    take raises ValueError (said in one line when the env is checked)."""
     if not hasattr(parallel_games(args.env_id), "parallel_env"):  # PettingZoo's AEC envs have env() only
         raise ValueError(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() "
                          "returns pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "The old environment creation API", DeprecationWarning)
-        kwargs = {"render_mode": "rgb_array"} if render else {}
-        return parallel_games(args.env_id).parallel_env(**kwargs, **json.loads(args.env_kwargs))
+    kwargs = {"render_mode": "rgb_array"} if render else {}
+    return parallel_games(args.env_id).parallel_env(**kwargs, **json.loads(args.env_kwargs))
 
 
 def columns(args):
