@@ -63,9 +63,10 @@ class RunNotReadable(Exception):
     pass
 
 
-def read_run(run_folder):
-    """The TensorBoard run under `run_folder`: every episode's step, wall time and return, the final return,
-    the last step logged, and when the run started. A non-finite return makes the run unreadable."""
+def read_run(run_folder, tag=RETURN_TAG):
+    """The TensorBoard run under `run_folder`: every episode's step, wall time and return (`tag`: another return, as
+    charts/team_episodic_return), the final return, the last step logged, and when the run started. A non-finite
+    return makes the run unreadable."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     event_files = glob.glob(os.path.join(run_folder, "**", "events.out.tfevents.*"), recursive=True)
@@ -74,9 +75,9 @@ def read_run(run_folder):
     events = EventAccumulator(os.path.dirname(event_files[0]), size_guidance={"scalars": 0})
     events.Reload()
     tags = events.Tags()["scalars"]
-    if RETURN_TAG not in tags:
-        raise RunNotReadable(f"no {RETURN_TAG} logged under {run_folder} (no episode finished?)")
-    episodes = sorted(events.Scalars(RETURN_TAG), key=lambda e: e.step)
+    if tag not in tags:
+        raise RunNotReadable(f"no {tag} logged under {run_folder} (no episode finished?)")
+    episodes = sorted(events.Scalars(tag), key=lambda e: e.step)
     returns = np.array([e.value for e in episodes], dtype=np.float64)
     if not np.isfinite(returns).all():
         raise RunNotReadable(f"non-finite episodic return at step {episodes[np.flatnonzero(~np.isfinite(returns))[0]].step:,}")

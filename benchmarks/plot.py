@@ -2,6 +2,7 @@
 
     python benchmarks/plot.py benchmark_runs/bench --out benchmark_runs/bench/plots
     python benchmarks/plot.py benchmark_runs/humanoid_1m benchmark_runs/humanoid_defaults_1m --labels HUMANOID defaults
+    python benchmarks/plot.py benchmark_runs/ma_walker --tag charts/team_episodic_return   # a game's return, many agents
 
 Writes three PNGs:
 - curves_steps.png: one panel per env, one line per script: the mean over seeds of the episodic return
@@ -30,14 +31,14 @@ import numpy as np  # noqa: E402
 from scipy import stats  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import CLEANRL_DMC, SCORE_RANGES, RunNotReadable, normalized_score, read_run  # noqa: E402
+from common import CLEANRL_DMC, RETURN_TAG, SCORE_RANGES, RunNotReadable, normalized_score, read_run  # noqa: E402
 
 SMOOTHING_EPISODES = 10
 GRID_POINTS = 200
 BOOTSTRAP_RESAMPLES = 2000
 
 
-def finished_runs(folders, labels=None):
+def finished_runs(folders, labels=None, tag=RETURN_TAG):
     """{(label, env_id): [read_run(...) of each finished seed]} for every finished run under the runner folders.
     A folder's label names its lines (e.g. its settings); without labels, the script does."""
     runs = {}
@@ -47,7 +48,7 @@ def finished_runs(folders, labels=None):
                 with open(path) as f:
                     result = json.load(f)
                 if result["status"] == "finished":
-                    runs.setdefault((label or result["script"], result["env_id"]), []).append(read_run(os.path.dirname(path)))
+                    runs.setdefault((label or result["script"], result["env_id"]), []).append(read_run(os.path.dirname(path), tag))
             except (ValueError, KeyError, TypeError, RunNotReadable) as reason:  # a damaged result, a truncated events file
                 print(f"left out: {os.path.dirname(path)} ({type(reason).__name__}: {reason})")
     return runs
@@ -168,13 +169,14 @@ def main():
     parser.add_argument("folders", nargs="+", help="output folders of benchmarks/run.py")
     parser.add_argument("--out", default=None, help="where to write the PNGs (default: <first folder>/plots)")
     parser.add_argument("--labels", nargs="+", default=None, help="one label per folder for its lines (default: the script's name)")
+    parser.add_argument("--tag", default=RETURN_TAG, help="the return plotted (charts/team_episodic_return: a game's, with many agents)")
     cli = parser.parse_args()
     if cli.labels and len(cli.labels) != len(cli.folders):
         parser.error(f"--labels needs one label per folder ({len(cli.folders)}), got {len(cli.labels)}")
     out = cli.out or os.path.join(cli.folders[0], "plots")
     if os.path.exists(out) and not os.path.isdir(out):
         parser.error(f"--out {out} is a file, not a folder")
-    runs = finished_runs(cli.folders, cli.labels)
+    runs = finished_runs(cli.folders, cli.labels, cli.tag)
     if not runs:
         sys.exit(f"error: no finished runs under {', '.join(cli.folders)}")
     os.makedirs(out, exist_ok=True)

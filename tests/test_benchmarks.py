@@ -210,6 +210,16 @@ def test_plots_have_one_panel_per_env_from_real_runs(bench_runs, tmp_path):
     assert sorted(labelled) == [(label, env) for label in ("defaults", "tuned") for env in ("Acrobot-v1", "CartPole-v1")]
 
 
+def test_the_plots_read_another_return_when_asked_as_a_games_team_return(tmp_path):
+    run = tmp_path / "runs" / "a"
+    with SummaryWriter(str(run)) as writer:
+        for step, (agent, team) in enumerate([(-3.0, -9.0), (-2.0, -6.0)], start=1):
+            writer.add_scalar("charts/episodic_return", agent, step)
+            writer.add_scalar("charts/team_episodic_return", team, step)
+    assert common.read_run(str(tmp_path))["final_return"] == -2.5
+    assert common.read_run(str(tmp_path), "charts/team_episodic_return")["final_return"] == -7.5
+
+
 def test_the_aggregate_of_envs_without_a_reference_score_shows_raw_returns(tmp_path, monkeypatch):
     runs = {(script, env_id): [{"final_return": value} for value in (1.0, 2.0, 4.0)]
             for script in ("a.py", "b.py") for env_id in ("MyEnv-v0", "OtherEnv-v0")}
