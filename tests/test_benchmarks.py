@@ -387,7 +387,7 @@ def test_sweep_prunes_a_trial_that_trails_the_earlier_ones(tmp_path):
 def test_breakdown_splits_the_whole_run_into_its_phases(script, tmp_path):
     if script == "my_experiment.py":  # a copy of a script, profiled under its own name
         shutil.copy(os.path.join(ROOT, "ppo_discrete.py"), tmp_path / script)
-    output = tool("breakdown.py", script, "--total-timesteps", "2048", "--num-envs", "2", "--num-steps", "256", cwd=tmp_path).communicate(timeout=300)[0]
+    output = tool("breakdown.py", script, "--total-timesteps", "512", "--num-envs", "2", "--num-steps", "64", cwd=tmp_path).communicate(timeout=300)[0]
     assert "4 iterations under cProfile" in output, output
     rows = {line[:40].strip(): line[40:].split() for line in output.splitlines() if line.endswith("%")}
     assert list(rows) == ["startup: imports, env, network", "env steps", "policy in the rollout", "normalization and reward scaling",
