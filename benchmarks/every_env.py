@@ -10,9 +10,15 @@ and metric beside it) or, for the tabular envs, the optimum, computed here by va
 transition table within its time limit (10,000 steps where it has none; Blackjack-v1 by dynamic programming over
 its infinite deck).
     python benchmarks/every_env.py --optimum FrozenLake-v1 FrozenLake8x8-v1 CliffWalking-v1 Taxi-v4 Blackjack-v1
+
+The run folders are not committed, and a table that takes several sessions outlives them: --record keeps every run
+counted in a CSV (env id, script, seed, final return) that the next call reads back before the folders, a folder's run
+taking the place of the record's for its env and seed (the same seed trained again on newer code).
+    python benchmarks/every_env.py benchmark_runs/every_env_box --record benchmarks/results/every_env/runs.csv
 """
 
 import argparse
+import csv
 import glob
 import json
 import os
@@ -118,16 +124,38 @@ def optimum(env_id):
     return blackjack_optimum() if env_id == "Blackjack-v1" else tabular_optimum(env_id)
 
 
+def read_record(path):
+    """The runs of a --record CSV: env id -> {seed: final return}."""
+    runs = {}
+    with open(path, newline="") as f:
+        for row in csv.DictReader(f):
+            runs.setdefault(row["env_id"], {})[int(row["seed"])] = float(row["final_return"])
+    return runs
+
+
+def write_record(path, runs):
+    """Every run counted, an env's rows in the table's order and its seeds in order."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "w", newline="") as f:
+        out = csv.writer(f)
+        out.writerow(["env_id", "script", "seed", "final_return"])
+        for env_id in ENVS:
+            for seed, final in sorted(runs.get(env_id, {}).items()):
+                out.writerow([env_id, ENVS[env_id][0], seed, round(final, 4)])
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("folders", nargs="*", help="folders of benchmarks/run.py's runs")
     parser.add_argument("--optimum", nargs="+", metavar="ENV_ID", help="print the optimum of these tabular envs")
+    parser.add_argument("--record", metavar="CSV", help="a CSV of the runs counted so far: read first, then rewritten")
     cli = parser.parse_args()
     if cli.optimum:
         for env_id in cli.optimum:
             print(f"{env_id}: optimum {optimum(env_id):.4f}")
         return
-    runs, found_in = {}, {}  # env id -> {seed: final return}; (env id, seed) -> its folder
+    runs = read_record(cli.record) if cli.record and os.path.exists(cli.record) else {}  # env id -> {seed: return}
+    found_in = {}  # (env id, seed) -> the folder it was found in
     for folder in cli.folders:
         for path in glob.glob(os.path.join(folder, "*", "result.json")):
             result = json.load(open(path))
@@ -139,6 +167,8 @@ def main():
                          "give one command's runs")
             found_in[key] = folder
             runs.setdefault(key[0], {})[key[1]] = result["final_return"]
+    if cli.record:
+        write_record(cli.record, runs)
     print("| env | script | seeds | mean ± std | below the line | the line | reference |")
     print("|---|---|---|---|---|---|---|")
     for env_id, (script, reference, source) in ENVS.items():

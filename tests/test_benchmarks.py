@@ -732,3 +732,17 @@ def test_every_env_table_counts_the_runs_below_the_line_against_each_envs_refere
     both = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "every_env.py"), str(tmp_path / "out"),
                            str(tmp_path / "screen")], capture_output=True, text=True, timeout=120)
     assert both.returncode == 1 and both.stderr.startswith("error: CartPole-v1 seed 1 is in "), both.stderr
+    # --record keeps the runs counted (the folders do not outlive a session); a folder's run replaces its seed's row
+    table = [sys.executable, os.path.join(ROOT, "benchmarks", "every_env.py")]
+    record = tmp_path / "record" / "runs.csv"
+    subprocess.run([*table, str(tmp_path / "out"), "--record", str(record)], check=True, timeout=120)
+    assert record.read_text().splitlines() == ["env_id,script,seed,final_return",
+                                               "CartPole-v1,ppo_discrete.py,1,500.0", "CartPole-v1,ppo_discrete.py,2,300.0"]
+    shutil.rmtree(tmp_path / "out" / "ppo_discrete__CartPole-v1__1")
+    (tmp_path / "out" / "ppo_discrete__CartPole-v1__2" / "result.json").write_text(json.dumps(
+        {"script": "ppo_discrete.py", "env_id": "CartPole-v1", "seed": 2, "status": "finished", "final_return": 400.0}))
+    again = subprocess.run([*table, str(tmp_path / "out"), "--record", str(record)], capture_output=True, text=True,
+                           timeout=120).stdout
+    assert "| CartPole-v1 | ppo_discrete.py | 1,2 | 450.0 ± 50.0 | 0 of 2 | 375.0 | 500.0: " in again, again
+    rows = record.read_text().splitlines()[1:]
+    assert rows == ["CartPole-v1,ppo_discrete.py,1,500.0", "CartPole-v1,ppo_discrete.py,2,400.0"]
