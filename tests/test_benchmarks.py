@@ -736,8 +736,9 @@ def test_every_env_table_counts_the_runs_below_the_line_against_each_envs_refere
     table = [sys.executable, os.path.join(ROOT, "benchmarks", "every_env.py")]
     record = tmp_path / "record" / "runs.csv"
     subprocess.run([*table, str(tmp_path / "out"), "--record", str(record)], check=True, timeout=120)
-    assert record.read_text().splitlines() == ["env_id,script,seed,final_return",
-                                               "CartPole-v1,ppo_discrete.py,1,500.0", "CartPole-v1,ppo_discrete.py,2,300.0"]
+    header, *rows = record.read_text().splitlines()
+    assert header == "env_id,script,seed,final_return"
+    assert rows == ["CartPole-v1,ppo_discrete.py,1,500.0", "CartPole-v1,ppo_discrete.py,2,300.0"]
     shutil.rmtree(tmp_path / "out" / "ppo_discrete__CartPole-v1__1")
     (tmp_path / "out" / "ppo_discrete__CartPole-v1__2" / "result.json").write_text(json.dumps(
         {"script": "ppo_discrete.py", "env_id": "CartPole-v1", "seed": 2, "status": "finished", "final_return": 400.0}))
