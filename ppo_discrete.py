@@ -69,7 +69,7 @@ class Args:
     """PPO for Discrete, MultiDiscrete and MultiBinary actions, with the env's invalid-action masks. Each run's events
     and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Flags not given follow the env where a table says so:
     IMAGE_DEFAULTS for Atari's images and others of 36 x 36 or more, MEMORY_DEFAULTS with --recurrent, GRID_DEFAULTS for
-    smaller images (MiniGrid's), ENV_DEFAULTS for MiniGrid-RedBlueDoors-6x6-v0 (Capabilities part). The defaults below
+    smaller images (MiniGrid's), ENV_DEFAULTS for the envs it names (Capabilities part). The defaults below
     came from a benchmarks/tune.py study; CleanRL's ppo.py settings: --learning-rate 2.5e-4 --num-envs 4 --gae-lambda
     0.95 --num-minibatches 4 --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5"""
 
@@ -135,6 +135,8 @@ class Args:
     """the width of the two tanh layers of the actor and of the critic (after a Nature CNN: none, linear heads)"""
     action_mask: bool = True
     """if toggled, respect the env's invalid-action masks (README: "Multi-part actions and masks"); off: ignore them"""
+    norm_obs: bool = False
+    """if toggled, normalize observations by a running mean and std shared by the sub-envs, clipped to [-10, 10]"""
     norm_reward: bool = False
     """if toggled, scale rewards by the running std of the discounted return, clipped to [-10, 10] (on with memory)"""
     recurrent: Literal["none", "lstm", "gru"] = "none"
@@ -371,9 +373,11 @@ def train(args, checkpoint=None):
     torch.set_num_threads(torch_threads(space))  # (Capabilities) every core for a Nature CNN
     agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
+    floats = space.floats if isinstance(space, Packed) else None  # a Dict's float entries, normalized without images
+    obs_rms = RunningMeanStd(shape=space.shape if floats is None else (floats,))  # (Capabilities) --norm-obs
     reward_scaler = RewardScaler(num_envs, args.gamma)  # (Capabilities) --norm-reward, on with memory
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
-    state = {"model": agent, "optimizer": optimizer, "return_rms": reward_scaler.return_rms}
+    state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
 
     rows = (args.num_steps, num_envs)  # Rollout buffer, [num_steps, num_envs]: a column is a sub-env's sequence
     obs = np.zeros(rows + space.shape, dtype=buffer_dtype(space))  # (Capabilities) images stay uint8
@@ -384,6 +388,7 @@ def train(args, checkpoint=None):
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * num_envs * args.num_steps  # environment steps so far
         next_obs, infos = envs.reset(seed=seed)
+        next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
         next_reset = np.zeros(num_envs, dtype=np.float32)  # the engine reset no sub-env before the first step
         masked = args.action_mask and "action_mask" in infos  # (Capabilities) the env's invalid-action masks
         next_mask = action_mask(infos, sum(agent.parts), next_reset)
@@ -414,6 +419,7 @@ def train(args, checkpoint=None):
                 next_done = np.logical_or(terminated, truncated).astype(np.float32)
                 next_reset = engine_resets(next_done, infos)  # (Capabilities) all but Atari's lost lives
                 next_mask = action_mask(infos, sum(agent.parts), next_reset)
+                next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
                 if args.norm_reward:
                     reward = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
                 rewards[step] = reward
@@ -421,9 +427,8 @@ def train(args, checkpoint=None):
                 dones[step] = next_done
                 run.log_episodes(infos, global_step)
 
-            # The critic is fixed during the rollout, so its values are computed in one batch afterwards:
-            # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row. With memory, under
-            # the state that reached each row: a truncated episode's final observation under its episode's state.
+            # Values after the rollout, in one batch (the critic is fixed): V(obs[t + 1]) bootstraps row t, V(next_obs)
+            # the last; with memory, each under the state that reached it (a truncated episode's end: its episode's).
             rollout_obs, rollout_valid = torch.from_numpy(obs).to(device), torch.from_numpy(valid).to(device)
             values = torch.zeros(rows, device=device)
             with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
@@ -820,6 +825,20 @@ class RunningMeanStd(gym.wrappers.utils.RunningMeanStd):
 
     def load_state_dict(self, state):
         self.mean, self.var, self.count = state["mean"].numpy().copy(), state["var"].numpy().copy(), state["count"]
+
+
+def normalize_obs(obs, obs_rms, args, update, floats=None):
+    """Continuous details 6 and 7, here for MountainCar-v0 (--norm-obs): observations normalized by statistics shared by
+    all sub-envs, then clipped; update=False: frozen (evaluation). floats: of a Dict's rows (DictObservations), the
+    float entries that lead each row, the only part normalized; images (more than 2 dimensions) are not."""
+    if not args.norm_obs or obs.ndim > 2:
+        return obs
+    if floats is not None:
+        vector = normalize_obs(obs[:, : 4 * floats].view(np.float32), obs_rms, args, update)
+        return np.concatenate([vector.view(np.uint8), obs[:, 4 * floats:]], axis=1)
+    if update:
+        obs_rms.update(obs)
+    return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
 
 
 class RewardScaler:
@@ -1516,12 +1535,16 @@ def evaluate(args, checkpoint):
     envs = make_envs(args, 1, video_folder, args.seed, film_first=args.eval_episodes, training=False)
     columns = envs.num_envs  # 1, or every agent of one game (ManyAgents): the return is an agent's mean
     agent = Agent(envs, args)
-    restore(checkpoint, {"model": agent}, args.env_id)
+    space = envs.single_observation_space
+    floats = space.floats if isinstance(space, Packed) else None
+    obs_rms = RunningMeanStd(shape=space.shape if floats is None else (floats,))
+    restore(checkpoint, {"model": agent, "obs_rms": obs_rms}, args.env_id)  # the statistics frozen (--norm-obs)
     episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, infos = envs.reset(seed=args.seed)
     memory_state = agent.initial_state(columns)  # the memory's, carried through each episode
     while len(episodic_returns) < args.eval_episodes:
-        obs = torch.from_numpy(next_obs[None].astype(buffer_dtype(envs.single_observation_space)))  # as in training
+        obs = normalize_obs(next_obs, obs_rms, args, update=False, floats=floats)
+        obs = torch.from_numpy(obs[None].astype(buffer_dtype(space)))  # as in training
         given = envs.use_masks and "action_mask" in infos  # as training uses them
         mask = torch.from_numpy(action_mask(infos, sum(agent.parts), np.zeros(columns))) if given else None
         with torch.no_grad():

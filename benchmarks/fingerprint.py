@@ -6,8 +6,8 @@ hashes on the same machine mean bit-identical weights, optimizer state, normaliz
     python benchmarks/fingerprint.py            # every case whose packages are installed (MiniGrid, ale-py: skipped)
     python benchmarks/fingerprint.py --only taxi-masks pong
 
-A case's hash covers the model's tensors in their order (not their names), the optimizer, the observation statistics,
-the return statistics of a run that scales rewards, and the random state.
+A case's hash covers the model's tensors in their order (not their names), the optimizer, the observation statistics
+of a run that normalizes them, the return statistics of a run that scales rewards, and the random state.
 """
 
 import argparse
@@ -55,6 +55,7 @@ CASES = {
     "sameStep-humanoid": (ppo_vector_sameStep, {"env_id": "Humanoid-v5", **SYNC}, None),
     "taxi-masks": (ppo_discrete, {"env_id": "Taxi-v4"}, None),
     "multidiscrete": (ppo_discrete, {"env_id": "MultiDiscreteCartPole-v1"}, None),
+    "discrete-norm-obs": (ppo_discrete, {"env_id": "MountainCar-v0", "norm_obs": True}, None),
     "minigrid-dict": (ppo_discrete, {"env_id": "minigrid:MiniGrid-Empty-5x5-v0"}, "minigrid"),
     "lstm": (ppo_discrete, {"env_id": NOVEL_CARTPOLE, "recurrent": "lstm", "norm_reward": True}, None),
     "gru-sequences": (ppo_discrete, {"env_id": NOVEL_CARTPOLE, "recurrent": "gru", "norm_reward": True,
@@ -75,8 +76,10 @@ def fingerprint(ppo, settings):
     with contextlib.redirect_stdout(io.StringIO()):
         path = ppo.train(ppo.Args(**{**settings, "total_timesteps": 8192, "cuda": False}))
     checkpoint, digest = torch.load(path, weights_only=True), hashlib.sha256()
-    parts = [list(checkpoint["model"].values()), checkpoint["optimizer"], checkpoint.get("obs_rms"),
-             checkpoint["return_rms"] if checkpoint["args"]["norm_reward"] else None, checkpoint["rng_state"]]
+    args = checkpoint["args"]
+    parts = [list(checkpoint["model"].values()), checkpoint["optimizer"],
+             checkpoint["obs_rms"] if args["norm_obs"] else None,  # the statistics only where they are used
+             checkpoint["return_rms"] if args["norm_reward"] else None, checkpoint["rng_state"]]
     for part in parts:
         if part is not None:
             buffer = io.BytesIO()

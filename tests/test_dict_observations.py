@@ -112,9 +112,9 @@ def test_each_entry_reaches_the_encoder_exactly_in_its_own_dtype_and_the_text_is
     envs.close()
 
 
-@pytest.mark.parametrize("ppo", [ppo_continuous, ppo_vector_sameStep], ids=lambda module: module.__name__)
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
 def test_observation_normalization_takes_the_float_entries_only(ppo, in_tmp):
-    path = ppo.train(short_args(ppo, env_id=env_id(ppo, "Known")))
+    path = ppo.train(short_args(ppo, env_id=env_id(ppo, "Known"), norm_obs=True))  # ppo_discrete.py's is off unless asked
     obs_rms = ppo.load_checkpoint(path)["obs_rms"]
     assert obs_rms["mean"].shape == (6,)  # joints and mode, never the camera's bytes
     np.testing.assert_allclose(obs_rms["mean"].numpy(), [0.1, -2.5, 3e6, 0.0, 1.0, 0.0], rtol=1e-5)

@@ -116,6 +116,37 @@ def test_reward_scaling_divides_the_rollout_rewards_and_its_statistics_resume(in
     assert statistics["count"] + 400 < resumed["count"] <= statistics["count"] + 512  # one more iteration's real rows
 
 
+def test_observation_normalization_is_off_unless_asked_then_shared_saved_resumed_and_frozen(in_tmp, monkeypatch):
+    """--norm-obs (off by default here, on in the Box scripts): the rollout sees CartPole's observations as the env gives
+    them; asked, standardized by one set of statistics over all sub-envs, saved, resumed, and frozen in evaluation."""
+    seen = []
+    real_transitions = ppo.real_transitions
+    monkeypatch.setattr(ppo, "real_transitions", lambda valid, **rollout: seen.append(rollout["obs"].copy()) or
+                        real_transitions(valid, **rollout))
+    plain = ppo.load_checkpoint(ppo.train(short_args(ppo)))["obs_rms"]
+    assert plain["count"] < 1 and np.abs(np.concatenate(seen)[:, :, 0]).max() <= 2.4  # the cart's position, as it is
+    seen.clear()
+    path = ppo.train(short_args(ppo, norm_obs=True))
+    saved = ppo.load_checkpoint(path)["obs_rms"]
+    assert saved["count"] == pytest.approx(4 + 1024, abs=1e-3)  # the 4 reset observations, then one per step per env
+    last = seen[-1].reshape(-1, 4)  # the second rollout: near mean 0 and std 1 per entry, clipped to [-10, 10]
+    assert np.abs(last.mean(0)).max() < 0.5 and np.all(np.abs(last.std(0) - 1) < 0.5) and np.abs(last).max() <= 10
+    monkeypatch.setattr("sys.argv", ["ppo_discrete.py", "--resume", path, "--total-timesteps", "1536"])
+    ppo.main()  # into the same run folder
+    final = ppo.load_checkpoint(path)
+    assert final["global_step"] == 1536 and final["obs_rms"]["count"] == pytest.approx(saved["count"] + 4 + 512, abs=1e-3)  # went on from the saved
+    used, normalize_obs = [], ppo.normalize_obs
+
+    def frozen(obs, obs_rms, args, update, floats=None):
+        assert not update, "evaluation must not change the statistics"
+        used.append(obs_rms.mean.copy())
+        return normalize_obs(obs, obs_rms, args, update, floats)
+
+    monkeypatch.setattr(ppo, "normalize_obs", frozen)
+    ppo.evaluate(ppo.Args(**{**final["args"], "eval_checkpoint": path, "eval_episodes": 1}), final)
+    assert used and all(np.array_equal(mean, final["obs_rms"]["mean"].numpy()) for mean in used)
+
+
 def test_grid_defaults_follow_the_observation_whatever_the_env_id(monkeypatch, capsys):
     """GRID_DEFAULTS go by what the env gives, not its id: an image under 36 x 36 (MiniGrid's 7 x 7 view), alone or in
     a Dict, takes CleanRL's entropy bonus; floats or an image too small for a CNN do not; a memory takes MEMORY_DEFAULTS
