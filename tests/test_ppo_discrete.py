@@ -180,6 +180,24 @@ def test_env_defaults_match_the_env_id_whatever_module_registers_it(monkeypatch,
         assert capsys.readouterr().out == "defaults: GRID_DEFAULTS sets ent_coef=0.01\n"
 
 
+def test_gymnasiums_envs_of_env_defaults_take_their_entry_say_so_and_yield_to_flags(monkeypatch, capsys):
+    """The entries measured on gymnasium's envs (issue 89) apply to their ids only, the first line names them, and a flag
+    given wins; CartPole-v1 keeps the script's defaults without a word."""
+    entries = {"LunarLander-v3": {"total_timesteps": 1_000_000},
+               "MountainCar-v0": {"norm_obs": True, "total_timesteps": 1_000_000}, "FrozenLake8x8-v1": {"gae_lambda": 0.9},
+               "CliffWalkingSlippery-v1": {"gae_lambda": 0.5}}
+    for env_id, entry in entries.items():
+        monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", env_id])
+        assert ppo.parse_args()[0] == ppo.Args(env_id=env_id, **entry)
+        said = ", ".join(f"{name}={value}" for name, value in entry.items())
+        assert capsys.readouterr().out == f"defaults: ENV_DEFAULTS['{env_id}'] sets {said}\n"
+    monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", "MountainCar-v0", "--total-timesteps", "2048"])
+    assert ppo.parse_args()[0] == ppo.Args(env_id="MountainCar-v0", norm_obs=True, total_timesteps=2048)
+    assert capsys.readouterr().out == "defaults: ENV_DEFAULTS['MountainCar-v0'] sets norm_obs=True\n"
+    monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", "CartPole-v1"])
+    assert ppo.parse_args()[0] == ppo.Args(env_id="CartPole-v1") and capsys.readouterr().out == ""
+
+
 def test_a_memory_on_an_env_of_env_defaults_takes_both_tables_the_env_entry_over_the_memory(monkeypatch, capsys):
     """--recurrent on an env id of ENV_DEFAULTS: MEMORY_DEFAULTS and then the env's entry, said in the first line;
     a flag given still wins over both."""
