@@ -180,9 +180,9 @@ def test_env_defaults_match_the_env_id_whatever_module_registers_it(monkeypatch,
         assert capsys.readouterr().out == "defaults: GRID_DEFAULTS sets ent_coef=0.01\n"
 
 
-def test_gymnasiums_envs_of_env_defaults_take_their_entry_say_so_and_yield_to_flags(monkeypatch, capsys):
+def test_gymnasiums_envs_of_env_defaults_take_their_entry_say_so_and_yield_to_flags(in_tmp, monkeypatch, capsys):
     """The entries measured on gymnasium's envs (issue 89) apply to their ids only, the first line names them, and a flag
-    given wins; CartPole-v1 keeps the script's defaults without a word."""
+    given wins; CartPole-v1 keeps the script's defaults without a word; a resumed run keeps its checkpoint's."""
     entries = {"LunarLander-v3": {"total_timesteps": 1_000_000},
                "MountainCar-v0": {"norm_obs": True, "total_timesteps": 1_000_000}, "FrozenLake8x8-v1": {"gae_lambda": 0.9},
                "CliffWalkingSlippery-v1": {"gae_lambda": 0.5}}
@@ -196,6 +196,10 @@ def test_gymnasiums_envs_of_env_defaults_take_their_entry_say_so_and_yield_to_fl
     assert capsys.readouterr().out == "defaults: ENV_DEFAULTS['MountainCar-v0'] sets norm_obs=True\n"
     monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", "CartPole-v1"])
     assert ppo.parse_args()[0] == ppo.Args(env_id="CartPole-v1") and capsys.readouterr().out == ""
+    path = ppo.train(short_args(ppo, env_id="MountainCar-v0", total_timesteps=512))  # as trained before the table
+    monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--resume", path, "--total-timesteps", "1024"])
+    args = ppo.parse_args()[0]
+    assert not args.norm_obs and args.total_timesteps == 1024 and "defaults:" not in capsys.readouterr().out
 
 
 def test_a_memory_on_an_env_of_env_defaults_takes_both_tables_the_env_entry_over_the_memory(monkeypatch, capsys):
