@@ -747,3 +747,25 @@ def test_every_env_table_counts_the_runs_below_the_line_against_each_envs_refere
     assert "| CartPole-v1 | ppo_discrete.py | 1,2 | 450.0 ± 50.0 | 0 of 2 | 375.0 | 500.0: " in again, again
     rows = record.read_text().splitlines()[1:]
     assert rows == ["CartPole-v1,ppo_discrete.py,1,500.0", "CartPole-v1,ppo_discrete.py,2,400.0"]
+
+
+def test_every_env_table_counts_blackjack_by_its_checkpoints_evaluated_not_its_last_100_episodes(tmp_path):
+    """Blackjack-v1's last 100 training hands are too few for its line: each run's checkpoint plays the episodes asked
+    (the script's evaluation) and their mean is the run's return in the table and the record."""
+    folder = tmp_path / "out" / "ppo_discrete__Blackjack-v1__1"
+    folder.mkdir(parents=True)
+    subprocess.run([sys.executable, os.path.join(ROOT, "ppo_discrete.py"), "--env-id", "Blackjack-v1",
+                    "--total-timesteps", "1024"], cwd=folder, check=True, capture_output=True, timeout=300)
+    (folder / "result.json").write_text(json.dumps({"script": "ppo_discrete.py", "env_id": "Blackjack-v1", "seed": 1,
+                                                    "status": "finished", "final_return": 5.0}))  # not a hand's
+    record = tmp_path / "runs.csv"
+    table = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "every_env.py"), str(tmp_path / "out"),
+                            "--eval-episodes", "300", "--record", str(record)], capture_output=True, text=True,
+                           timeout=300).stdout
+    evaluated = float(record.read_text().splitlines()[1].split(",")[-1])
+    checkpoint = glob.glob(str(folder / "runs" / "*" / "checkpoint.pt"))[0]
+    played = subprocess.run([sys.executable, os.path.join(ROOT, "ppo_discrete.py"), "--eval-checkpoint", checkpoint,
+                             "--eval-episodes", "300"], cwd=folder, capture_output=True, text=True, timeout=300).stdout
+    assert f"Blackjack-v1: mean return {evaluated:.2f} ± " in played  # the script's own mean of the same 300 hands
+    assert f"| Blackjack-v1 | ppo_discrete.py | 1 | {evaluated:.3f} ± 0.000 | " in table, table
+    assert "; each run's checkpoint over 300 episodes |" in table
