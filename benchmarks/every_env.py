@@ -12,8 +12,9 @@ its infinite deck).
     python benchmarks/every_env.py --optimum FrozenLake-v1 FrozenLake8x8-v1 CliffWalking-v1 Taxi-v4 Blackjack-v1
 
 The run folders are not committed, and a table that takes several sessions outlives them: --record keeps every run
-counted in a CSV (env id, script, seed, final return) that the next call reads back before the folders, a folder's run
-taking the place of the record's for its env and seed (the same seed trained again on newer code).
+counted in a CSV (env id, script, seed, final return, source: the folder and the day, or the results section a row
+was copied from by hand) that the next call reads back before the folders, a folder's run taking the place of the
+record's for its env and seed (the same seed trained again on newer code).
     python benchmarks/every_env.py benchmark_runs/every_env_box --record benchmarks/results/every_env/runs.csv
 
 An env of EVALUATED counts another return: its runs' last 100 training episodes are too few for its line, so each
@@ -22,6 +23,7 @@ run's checkpoint plays that many episodes (the script's --eval-checkpoint, deter
 
 import argparse
 import csv
+import datetime
 import glob
 import json
 import os
@@ -149,11 +151,11 @@ def evaluated_return(run_folder, script, episodes):
 
 
 def read_record(path):
-    """The runs of a --record CSV: env id -> {seed: final return}."""
+    """The runs of a --record CSV: env id -> {seed: (final return, source)}."""
     runs = {}
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            runs.setdefault(row["env_id"], {})[int(row["seed"])] = float(row["final_return"])
+            runs.setdefault(row["env_id"], {})[int(row["seed"])] = (float(row["final_return"]), row["source"])
     return runs
 
 
@@ -162,10 +164,10 @@ def write_record(path, runs):
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     with open(path, "w", newline="") as f:
         out = csv.writer(f)
-        out.writerow(["env_id", "script", "seed", "final_return"])
+        out.writerow(["env_id", "script", "seed", "final_return", "source"])
         for env_id in ENVS:
-            for seed, final in sorted(runs.get(env_id, {}).items()):
-                out.writerow([env_id, ENVS[env_id][0], seed, round(final, 4)])
+            for seed, (final, source) in sorted(runs.get(env_id, {}).items()):
+                out.writerow([env_id, ENVS[env_id][0], seed, round(final, 4), source])
 
 
 def main():
@@ -180,7 +182,7 @@ def main():
         for env_id in cli.optimum:
             print(f"{env_id}: optimum {optimum(env_id):.4f}")
         return
-    runs = read_record(cli.record) if cli.record and os.path.exists(cli.record) else {}  # env id -> {seed: return}
+    runs = read_record(cli.record) if cli.record and os.path.exists(cli.record) else {}  # env id -> {seed: ...}
     found_in = {}  # (env id, seed) -> the folder it was found in
     for folder in cli.folders:
         for path in glob.glob(os.path.join(folder, "*", "result.json")):
@@ -196,7 +198,7 @@ def main():
             if key[0] in EVALUATED:
                 episodes = cli.eval_episodes or EVALUATED[key[0]]
                 final = evaluated_return(os.path.dirname(path), result["script"], episodes)
-            runs.setdefault(key[0], {})[key[1]] = final
+            runs.setdefault(key[0], {})[key[1]] = (final, f"{folder} {datetime.date.today()}")
     if cli.record:
         write_record(cli.record, runs)
     print("| env | script | seeds | mean ± std | below the line | the line | reference |")
@@ -206,7 +208,7 @@ def main():
             continue
         reference = optimum(env_id) if reference is None else reference
         seeds = sorted(runs[env_id])
-        returns = np.array([runs[env_id][seed] for seed in seeds])
+        returns = np.array([runs[env_id][seed][0] for seed in seeds])
         line = LINE * reference if reference > 0 else reference / LINE
         below = int((returns < line).sum())
         digits = 3 if abs(reference) < 10 else 1  # FrozenLake's 0.744, Blackjack's -0.047

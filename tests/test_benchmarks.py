@@ -1,6 +1,7 @@
 """The experiment tooling under benchmarks/: runner, plots and sweeps, on real (tiny) runs of the scripts."""
 
 import csv
+import datetime
 import fcntl
 import glob
 import importlib.util
@@ -737,8 +738,9 @@ def test_every_env_table_counts_the_runs_below_the_line_against_each_envs_refere
     record = tmp_path / "record" / "runs.csv"
     subprocess.run([*table, str(tmp_path / "out"), "--record", str(record)], check=True, timeout=120)
     header, *rows = record.read_text().splitlines()
-    assert header == "env_id,script,seed,final_return"
-    assert rows == ["CartPole-v1,ppo_discrete.py,1,500.0", "CartPole-v1,ppo_discrete.py,2,300.0"]
+    today = f"{tmp_path / 'out'} {datetime.date.today()}"  # where each run was found, and when
+    assert header == "env_id,script,seed,final_return,source"
+    assert rows == [f"CartPole-v1,ppo_discrete.py,1,500.0,{today}", f"CartPole-v1,ppo_discrete.py,2,300.0,{today}"]
     shutil.rmtree(tmp_path / "out" / "ppo_discrete__CartPole-v1__1")
     (tmp_path / "out" / "ppo_discrete__CartPole-v1__2" / "result.json").write_text(json.dumps(
         {"script": "ppo_discrete.py", "env_id": "CartPole-v1", "seed": 2, "status": "finished", "final_return": 400.0}))
@@ -746,7 +748,7 @@ def test_every_env_table_counts_the_runs_below_the_line_against_each_envs_refere
                            timeout=120).stdout
     assert "| CartPole-v1 | ppo_discrete.py | 1,2 | 450.0 ± 50.0 | 0 of 2 | 375.0 | 500.0: " in again, again
     rows = record.read_text().splitlines()[1:]
-    assert rows == ["CartPole-v1,ppo_discrete.py,1,500.0", "CartPole-v1,ppo_discrete.py,2,400.0"]
+    assert rows == [f"CartPole-v1,ppo_discrete.py,1,500.0,{today}", f"CartPole-v1,ppo_discrete.py,2,400.0,{today}"]
 
 
 def test_every_env_table_counts_blackjack_by_its_checkpoints_evaluated_not_its_last_100_episodes(tmp_path):
@@ -762,7 +764,7 @@ def test_every_env_table_counts_blackjack_by_its_checkpoints_evaluated_not_its_l
     table = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "every_env.py"), str(tmp_path / "out"),
                             "--eval-episodes", "300", "--record", str(record)], capture_output=True, text=True,
                            timeout=300).stdout
-    evaluated = float(record.read_text().splitlines()[1].split(",")[-1])
+    evaluated = float(record.read_text().splitlines()[1].split(",")[3])
     checkpoint = glob.glob(str(folder / "runs" / "*" / "checkpoint.pt"))[0]
     played = subprocess.run([sys.executable, os.path.join(ROOT, "ppo_discrete.py"), "--eval-checkpoint", checkpoint,
                              "--eval-episodes", "300"], cwd=folder, capture_output=True, text=True, timeout=300).stdout
