@@ -63,6 +63,8 @@ ENVS = {
     "Swimmer-v5": ("ppo_continuous.py", 281.6, "rl-baselines3-zoo (v3, gamma 0.9999), 1M, deterministic"),
     "Walker2d-v5": ("ppo_continuous.py", 3588.5, "Tianshou (v3), 1M, best test return over training"),
 }
+# envs whose reference no peer's PPO reaches at 1M steps (issue 89: said so with their numbers, not tuned)
+OUT_OF_REACH = {"BipedalWalkerHardcore-v3", "HumanoidStandup-v5"}
 # env id: the episodes each run's checkpoint plays (a Blackjack hand's return has a std near 0.95: 100 episodes give a
 # standard error of 0.095 against a line 0.015 below the optimum, 10,000 one of 0.0095)
 EVALUATED = {"Blackjack-v1": 10_000}
@@ -210,12 +212,14 @@ def main():
         seeds = sorted(runs[env_id])
         returns = np.array([runs[env_id][seed][0] for seed in seeds])
         line = LINE * reference if reference > 0 else reference / LINE
-        below = int((returns < line).sum())
+        below = f"{int((returns < line).sum())} of {len(returns)}"
+        if env_id in OUT_OF_REACH:
+            below += ", out of reach at 1M"
         digits = 3 if abs(reference) < 10 else 1  # FrozenLake's 0.744, Blackjack's -0.047
         if env_id in EVALUATED:
             source += f"; each run's checkpoint over {cli.eval_episodes or EVALUATED[env_id]:,} episodes"
         print(f"| {env_id} | {script} | {','.join(map(str, seeds))} | {returns.mean():.{digits}f} ± "
-              f"{returns.std():.{digits}f} | {below} of {len(returns)} | {line:.{digits}f} | {reference:.{digits}f}: "
+              f"{returns.std():.{digits}f} | {below} | {line:.{digits}f} | {reference:.{digits}f}: "
               f"{source} |")
 
 

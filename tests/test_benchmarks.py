@@ -726,9 +726,15 @@ def test_every_env_table_counts_the_runs_below_the_line_against_each_envs_refere
         status = "failed" if seed == 3 else "finished"
         (folder / "result.json").write_text(json.dumps({"script": "ppo_discrete.py", "env_id": "CartPole-v1",
                                                         "seed": seed, "status": status, "final_return": final}))
+    hardcore = tmp_path / "out" / "ppo_continuous__BipedalWalkerHardcore-v3__1"
+    hardcore.mkdir()
+    (hardcore / "result.json").write_text(json.dumps({"script": "ppo_continuous.py", "seed": 1, "status": "finished",
+                                                      "env_id": "BipedalWalkerHardcore-v3", "final_return": -20.0}))
     output = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "every_env.py"), str(tmp_path / "out")],
                             capture_output=True, text=True, timeout=120).stdout
     assert "| CartPole-v1 | ppo_discrete.py | 1,2 | 400.0 ± 100.0 | 1 of 2 | 375.0 | 500.0: " in output, output
+    assert "| -20.0 ± 0.0 | 1 of 1, out of reach at 1M | 91.8 | 122.4: " in output, output  # said so, not counted
+    shutil.rmtree(hardcore)
     shutil.copytree(tmp_path / "out", tmp_path / "screen")  # the same seeds under another command: refused
     both = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "every_env.py"), str(tmp_path / "out"),
                            str(tmp_path / "screen")], capture_output=True, text=True, timeout=120)
