@@ -68,8 +68,8 @@ from torch.utils.tensorboard import SummaryWriter
 class Args:
     """PPO for Box actions. Each run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Flags not
     given follow the env where a table says so: ENV_DEFAULTS (Hopper-v5 and its kin, EnvPool's DMC tasks,
-    MountainCarContinuous-v0), IMAGE_DEFAULTS (images of 36 x 36 or more). CleanRL's MuJoCo settings: --num-envs 1
-    --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
+    MountainCarContinuous-v0, Swimmer-v5), IMAGE_DEFAULTS (images of 36 x 36 or more). CleanRL's MuJoCo settings:
+    --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -506,7 +506,8 @@ IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_l
 # gymnasium ships (issue 89)")
 ENV_DEFAULTS = {"Hopper-v5": {"init_log_std": -0.5}, "Walker2d-v5": {"init_log_std": -0.5},
                 "BipedalWalker-v3": {"init_log_std": -0.5}, "dm_control": {"init_log_std": -0.5},
-                "MountainCarContinuous-v0": {"init_log_std": 0.0}}  # the goal is found before the std narrows
+                "MountainCarContinuous-v0": {"init_log_std": 0.0},  # the goal is found before the std narrows
+                "Swimmer-v5": {"gamma": 0.9999, "gae_lambda": 0.995}}  # a gait that pays over hundreds of steps
 
 
 def gae_lambda_for(action_space, given):

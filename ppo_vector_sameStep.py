@@ -73,8 +73,8 @@ from torch.utils.tensorboard import SummaryWriter
 @dataclass
 class Args:
     """PPO with same-step autoreset, each run's events and checkpoint in runs/<env>__<exp-name>__<seed>__<time>/. Flags
-    not given follow the env where a table says so: ENV_DEFAULTS (Hopper-v5 and its kin, MountainCarContinuous-v0),
-    IMAGE_DEFAULTS (images of 36 x 36 or more), MEMORY_DEFAULTS (--recurrent, categorical actions)."""
+    not given follow the env where a table says so: ENV_DEFAULTS (Hopper-v5 and its kin, MountainCarContinuous-v0,
+    Swimmer-v5), IMAGE_DEFAULTS (images of 36 x 36 or more), MEMORY_DEFAULTS (--recurrent, categorical actions)."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
     """the name of this experiment (part of the run folder's name)"""
@@ -568,7 +568,8 @@ MEMORY_DEFAULTS = {"norm_reward": True, "num_minibatches": 4, "sequence_length":
 # env gymnasium ships (issue 89)")
 ENV_DEFAULTS = {"Hopper-v5": {"init_log_std": -0.5}, "Walker2d-v5": {"init_log_std": -0.5},
                 "BipedalWalker-v3": {"init_log_std": -0.5},
-                "MountainCarContinuous-v0": {"init_log_std": 0.0}}  # the goal is found before the std narrows
+                "MountainCarContinuous-v0": {"init_log_std": 0.0},  # the goal is found before the std narrows
+                "Swimmer-v5": {"gamma": 0.9999, "gae_lambda": 0.995}}  # a gait that pays over hundreds of steps
 
 
 def gae_lambda_for(action_space, given):

@@ -675,7 +675,7 @@ def test_env_defaults_apply_to_the_named_envs_only_say_so_yield_to_flags_and_a_r
     said in the run's first line; other envs keep the script's defaults; a checkpoint resumes with its own settings."""
     script = f"{box_ppo.__name__}.py"
     family = {"dm_control"} if box_ppo is ppo_continuous else set()  # EnvPool's DMC tasks (test_envpool.py)
-    named = {"Hopper-v5", "Walker2d-v5", "BipedalWalker-v3", "MountainCarContinuous-v0"}
+    named = {"Hopper-v5", "Walker2d-v5", "BipedalWalker-v3", "MountainCarContinuous-v0", "Swimmer-v5"}
     assert set(box_ppo.ENV_DEFAULTS) == named | family
     monkeypatch.setattr(sys, "argv", [script, "--env-id", "Hopper-v5"])
     assert box_ppo.parse_args()[0] == box_ppo.Args(env_id="Hopper-v5", init_log_std=-0.5)
@@ -686,6 +686,9 @@ def test_env_defaults_apply_to_the_named_envs_only_say_so_yield_to_flags_and_a_r
     monkeypatch.setattr(sys, "argv", [script, "--env-id", "MountainCarContinuous-v0"])  # the std that finds the goal
     assert box_ppo.parse_args()[0] == box_ppo.Args(env_id="MountainCarContinuous-v0", init_log_std=0.0)
     assert "defaults: ENV_DEFAULTS['MountainCarContinuous-v0'] sets init_log_std=0.0" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", [script, "--env-id", "Swimmer-v5"])  # its horizon: the discount and GAE's lambda
+    assert box_ppo.parse_args()[0] == box_ppo.Args(env_id="Swimmer-v5", gamma=0.9999, gae_lambda=0.995)
+    assert "defaults: ENV_DEFAULTS['Swimmer-v5'] sets gamma=0.9999, gae_lambda=0.995" in capsys.readouterr().out
     for env_id in ("HalfCheetah-v5", "Pendulum-v1"):  # not in the table: the defaults, and no line about them
         monkeypatch.setattr(sys, "argv", [script, "--env-id", env_id])
         assert box_ppo.parse_args()[0] == box_ppo.Args(env_id=env_id)
