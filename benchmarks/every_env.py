@@ -63,8 +63,9 @@ ENVS = {
     "Swimmer-v5": ("ppo_continuous.py", 281.6, "rl-baselines3-zoo (v3, gamma 0.9999), 1M, deterministic"),
     "Walker2d-v5": ("ppo_continuous.py", 3588.5, "Tianshou (v3), 1M, best test return over training"),
 }
-# envs whose reference no peer's PPO reaches at 1M steps (issue 89: said so with their numbers, not tuned)
-OUT_OF_REACH = {"BipedalWalkerHardcore-v3", "HumanoidStandup-v5"}
+# envs whose reference no peer's PPO reaches at 1M steps (issue 89: said so with their numbers, not tuned); not
+# HumanoidStandup-v5, whose bare runs here pass CleanRL's 8M number at 1M
+OUT_OF_REACH = {"BipedalWalkerHardcore-v3"}
 # env id: the episodes each run's checkpoint plays (a Blackjack hand's return has a std near 0.95: 100 episodes give a
 # standard error of 0.095 against a line 0.015 below the optimum, 10,000 one of 0.0095)
 EVALUATED = {"Blackjack-v1": 10_000}
