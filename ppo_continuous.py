@@ -507,8 +507,8 @@ IMAGE_DEFAULTS = {"total_timesteps": 10_000_000, "learning_rate": 2.5e-4, "gae_l
 ENV_DEFAULTS = {"Hopper-v5": {"init_log_std": -0.5}, "Walker2d-v5": {"init_log_std": -0.5},
                 "BipedalWalker-v3": {"init_log_std": -0.5}, "dm_control": {"init_log_std": -0.5},
                 "MountainCarContinuous-v0": {"init_log_std": 0.0},  # the goal is found before the std narrows
-                # Swimmer-v5's gait pays over hundreds of steps, and is found by a wide std
-                "Swimmer-v5": {"gamma": 0.9999, "gae_lambda": 0.995, "init_log_std": 0.0}}
+                # Swimmer-v5's gait pays over hundreds of steps, and is found by a wide std and small minibatches
+                "Swimmer-v5": {"gamma": 0.9999, "gae_lambda": 0.995, "init_log_std": 0.0, "num_minibatches": 32}}
 
 
 def gae_lambda_for(action_space, given):

@@ -688,9 +688,9 @@ def test_env_defaults_apply_to_the_named_envs_only_say_so_yield_to_flags_and_a_r
     assert "defaults: ENV_DEFAULTS['MountainCarContinuous-v0'] sets init_log_std=0.0" in capsys.readouterr().out
     monkeypatch.setattr(sys, "argv", [script, "--env-id", "Swimmer-v5"])  # a long horizon, a wide std
     assert box_ppo.parse_args()[0] == box_ppo.Args(env_id="Swimmer-v5", gamma=0.9999, gae_lambda=0.995,
-                                                   init_log_std=0.0)
-    assert "defaults: ENV_DEFAULTS['Swimmer-v5'] sets gamma=0.9999, gae_lambda=0.995, init_log_std=0.0" in (
-        capsys.readouterr().out)
+                                                   init_log_std=0.0, num_minibatches=32)
+    assert ("defaults: ENV_DEFAULTS['Swimmer-v5'] sets gamma=0.9999, gae_lambda=0.995, init_log_std=0.0, "
+            "num_minibatches=32") in capsys.readouterr().out
     for env_id in ("HalfCheetah-v5", "Pendulum-v1"):  # not in the table: the defaults, and no line about them
         monkeypatch.setattr(sys, "argv", [script, "--env-id", env_id])
         assert box_ppo.parse_args()[0] == box_ppo.Args(env_id=env_id)
