@@ -143,11 +143,12 @@ def evaluated_return(run_folder, script, episodes):
     checkpoints = glob.glob(os.path.join(run_folder, "runs", "*", "checkpoint.pt"))
     if len(checkpoints) != 1:
         sys.exit(f"error: {run_folder} holds {len(checkpoints)} checkpoints under runs/: one is evaluated")
-    command = [sys.executable, os.path.join(ROOT, script), "--eval-checkpoint", checkpoints[0], "--eval-episodes",
+    checkpoint = os.path.abspath(checkpoints[0])  # the evaluation runs in the run's folder
+    command = [sys.executable, os.path.join(ROOT, script), "--eval-checkpoint", checkpoint, "--eval-episodes",
                str(episodes)]
     played = subprocess.run(command, cwd=run_folder, capture_output=True, text=True)
     if played.returncode != 0:
-        sys.exit(f"error: evaluating {checkpoints[0]} failed:\n{played.stdout[-2000:]}{played.stderr[-2000:]}")
+        sys.exit(f"error: evaluating {checkpoint} failed:\n{played.stdout[-2000:]}{played.stderr[-2000:]}")
     returns = [float(line.split(" return ")[1].split(",")[0]) for line in played.stdout.splitlines()
                if line.startswith("episode ")]
     return float(np.mean(returns))

@@ -767,9 +767,9 @@ def test_every_env_table_counts_blackjack_by_its_checkpoints_evaluated_not_its_l
     (folder / "result.json").write_text(json.dumps({"script": "ppo_discrete.py", "env_id": "Blackjack-v1", "seed": 1,
                                                     "status": "finished", "final_return": 5.0}))  # not a hand's
     record = tmp_path / "runs.csv"
-    table = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "every_env.py"), str(tmp_path / "out"),
-                            "--eval-episodes", "300", "--record", str(record)], capture_output=True, text=True,
-                           timeout=300).stdout
+    table = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "every_env.py"), "out",  # as documented
+                            "--eval-episodes", "300", "--record", str(record)], cwd=tmp_path, capture_output=True,
+                           text=True, timeout=300).stdout
     evaluated = float(record.read_text().splitlines()[1].split(",")[3])
     checkpoint = glob.glob(str(folder / "runs" / "*" / "checkpoint.pt"))[0]
     played = subprocess.run([sys.executable, os.path.join(ROOT, "ppo_discrete.py"), "--eval-checkpoint", checkpoint,
