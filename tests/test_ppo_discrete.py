@@ -185,7 +185,7 @@ def test_gymnasiums_envs_of_env_defaults_take_their_entry_say_so_and_yield_to_fl
     """The entries measured on gymnasium's envs (issue 89) apply to their ids only, the first line names them, and a flag
     given wins; CartPole-v1 keeps the script's defaults without a word; a resumed run keeps its checkpoint's."""
     entries = {"LunarLander-v3": {"total_timesteps": 1_000_000},
-               "MountainCar-v0": {"norm_obs": True, "total_timesteps": 1_000_000}, "FrozenLake8x8-v1": {"gae_lambda": 0.9},
+               "MountainCar-v0": {"norm_obs": True, "total_timesteps": 2_000_000}, "FrozenLake8x8-v1": {"gae_lambda": 0.9},
                "CliffWalkingSlippery-v1": {"gae_lambda": 0.5}}
     for env_id, entry in entries.items():
         monkeypatch.setattr(sys, "argv", ["ppo_discrete.py", "--env-id", env_id])
