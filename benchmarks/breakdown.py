@@ -79,9 +79,9 @@ def main():
             ("the rest of the loop", train - setup - sum(phases.values()))]
     print(f"\n{sys.argv[0]} {' '.join(flags)}")
     print(f"whole process {whole:.1f} s, {iterations} iterations under cProfile\n")
-    print(f"{'phase':40s} {'s / iteration':>14s} {'share':>7s}")
+    print(f"{'phase':40s} {'ms / iteration':>14s} {'share':>7s}")
     for phase, seconds in rows:
-        per_iteration = f"{seconds / iterations:14.3f}" if iterations and phase != rows[0][0] else f"{'-':>14s}"
+        per_iteration = f"{1000 * seconds / iterations:14.2f}" if iterations and phase != rows[0][0] else f"{'-':>14s}"
         print(f"{phase:40s} {per_iteration} {100 * seconds / whole:6.1f}%")
 
 
