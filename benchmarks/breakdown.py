@@ -3,7 +3,7 @@
     python benchmarks/breakdown.py ppo_continuous.py --env-id Humanoid-v5 --total-timesteps 40960 $HUMANOID
 
 Every flag after the script goes to the script, as for a run (it writes its run under runs/ as usual;
-checkpoints only at the end unless --checkpoint-interval is given). Prints, per phase, the seconds per
+checkpoints only at the end unless --checkpoint-interval is given). Prints, per phase, the milliseconds per
 iteration and the share of the whole process: startup (imports, env and network creation: outside the
 training loop), env steps (the vector env, its wrappers included), the policy during the rollout,
 observation normalization and reward scaling, the critic's values and GAE after the rollout, the update
