@@ -66,13 +66,13 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Args:
-    """PPO for Box actions. Each run's events and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Flags not
-    given follow the env where a table says so: ENV_DEFAULTS (Hopper-v5 and its kin, EnvPool's DMC tasks,
-    MountainCarContinuous-v0, Swimmer-v5), IMAGE_DEFAULTS (images of 36 x 36 or more). CleanRL's MuJoCo settings:
-    --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95 --vf-coef 0.5"""
+    """PPO for Box actions. Flags not given follow the env where a table says so: ENV_DEFAULTS (Hopper-v5 and its kin,
+    EnvPool's DMC tasks, MountainCarContinuous-v0, Swimmer-v5), IMAGE_DEFAULTS (images of 36 x 36 or more). CleanRL's
+    MuJoCo settings: --num-envs 1 --num-steps 2048 --num-minibatches 32 --init-log-std 0 --clip-vloss --gae-lambda 0.95
+    --vf-coef 0.5"""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment (part of the run folder's name)"""
+    """the name of this experiment, part of its run folder's: runs/<env>__<exp-name>__<seed>__<time>/"""
     seed: int = 1
     """seed of the experiment: same seed, same machine, same results"""
     torch_deterministic: bool = True
@@ -191,8 +191,7 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None):
     # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP, as EnvPool's
     if args.env_backend == "envpool":
         envs = envpool_envs(args, num_envs, seed)  # (Capabilities) EnvPool's C++ threads step the sub-envs
-    elif parallel_games(args.env_id):
-        # (Capabilities) PettingZoo's games: a column for each agent of each game
+    elif parallel_games(args.env_id):  # (Capabilities) PettingZoo's games: a column for each agent of each game
         envs = ManyAgents(args, num_envs, video_folder, film_first)
     else:
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,

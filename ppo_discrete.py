@@ -8,13 +8,12 @@ update as visible loops) is all that plain PPO on vectors (CartPole-v1) runs thr
 "The 37 Implementation Details of PPO" (Huang et al., 2022). Capabilities: what the core calls only for images and
 Atari, Dicts, multi-part actions and masks, memory, many agents, the defaults tables. Run safety: checks, checkpoints,
 faults, progress, evaluation; nothing there changes what PPO computes (its banner: what it does with each change).
-Where a change goes:
+Gymnasium 1.x autoresets NEXT_STEP: the step after an episode ends is not a transition (no weight). Where a change goes:
 - a setting: a field of Args (its checks: check_settings); a network: Agent (Agent.log_probs reads the actor);
 - a loss term: ppo_loss (the minibatch is a dict; each statistic it returns is logged as losses/<name>);
 - a schedule: an entry of coefficients() (logged as charts/<name>; ppo_loss reads coefs[name]);
 - a piece of state: train()'s `state` (checkpointed, resumed); rollout data: a buffer in train(), then `batch`;
 - a rollout statistic: an entry of `charts` at the end of train()'s iteration (logged as charts/<name>).
-Gymnasium 1.x autoresets NEXT_STEP: the step after an episode ends is not a transition and has no weight in the update.
 """
 
 import os
@@ -66,15 +65,14 @@ from torch.utils.tensorboard import SummaryWriter
 
 @dataclass
 class Args:
-    """PPO for Discrete, MultiDiscrete and MultiBinary actions, with the env's invalid-action masks. Each run's events
-    and checkpoint go to runs/<env>__<exp-name>__<seed>__<time>/. Flags not given follow the env where a table says so:
-    IMAGE_DEFAULTS for Atari's images and others of 36 x 36 or more, MEMORY_DEFAULTS with --recurrent, GRID_DEFAULTS for
-    smaller images (MiniGrid's), ENV_DEFAULTS for the envs it names (Capabilities part). The defaults below
-    came from a benchmarks/tune.py study; CleanRL's ppo.py settings: --learning-rate 2.5e-4 --num-envs 4 --gae-lambda
-    0.95 --num-minibatches 4 --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5"""
+    """PPO for Discrete, MultiDiscrete and MultiBinary actions, with the env's invalid-action masks. Flags not given
+    follow the env where a table says so: IMAGE_DEFAULTS for images of 36 x 36 or more (Atari's), MEMORY_DEFAULTS with
+    --recurrent, GRID_DEFAULTS for smaller images (MiniGrid's), ENV_DEFAULTS for the envs it names. The defaults below
+    came from a benchmarks/tune.py study; CleanRL's ppo.py: --learning-rate 2.5e-4 --num-envs 4 --gae-lambda 0.95
+    --num-minibatches 4 --update-epochs 4 --clip-coef 0.2 --ent-coef 0.01 --vf-coef 0.5 --max-grad-norm 0.5"""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment (part of the run folder's name)"""
+    """the name of this experiment, part of its run folder's: runs/<env>__<exp-name>__<seed>__<time>/"""
     seed: int = 1
     """seed of the experiment: same seed, same machine, same results"""
     torch_deterministic: bool = True
@@ -204,8 +202,7 @@ def make_envs(args, num_envs, video_folder, seed, film_first=None, training=True
     # detail 1: vectorized architecture; gymnasium 1.x default autoreset is NEXT_STEP, as EnvPool's
     if args.env_backend == "envpool":
         envs = envpool_envs(args, num_envs, seed, frames)  # (Capabilities) EnvPool's C++ threads step the sub-envs
-    elif parallel_games(args.env_id):
-        # (Capabilities) PettingZoo's games: a column for each agent of each game
+    elif parallel_games(args.env_id):  # (Capabilities) PettingZoo's games: a column for each agent of each game
         envs = ManyAgents(args, num_envs, video_folder, film_first)
     else:
         envs = gym.vector.SyncVectorEnv([make_env(args.env_id, json.loads(args.env_kwargs), i, args.capture_video,

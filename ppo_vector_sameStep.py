@@ -77,7 +77,7 @@ class Args:
     Swimmer-v5), IMAGE_DEFAULTS (images of 36 x 36 or more), MEMORY_DEFAULTS (--recurrent, categorical actions)."""
 
     exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment (part of the run folder's name)"""
+    """the name of this experiment, part of its run folder's: runs/<env>__<exp-name>__<seed>__<time>/"""
     seed: int = 1
     """seed of the experiment: same seed, same machine, same results"""
     torch_deterministic: bool = True
@@ -218,8 +218,7 @@ def make_envs(args, num_envs, video_folder, mode, film_first=None, training=True
         os.environ.setdefault("MUJOCO_GL", "egl")  # render MuJoCo without a display
     frames = 4 if args.recurrent == "none" else 1  # memory reads Atari one frame at a time (CleanRL's LSTM as well)
     # detail 1: vectorized architecture, here with SAME_STEP autoreset
-    if parallel_games(args.env_id):
-        # (Capabilities) PettingZoo's games: a column for each agent of each game
+    if parallel_games(args.env_id):  # (Capabilities) PettingZoo's games: a column for each agent of each game
         envs = ManyAgents(args, num_envs, video_folder, film_first)
     else:
         vector_env = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
@@ -1199,7 +1198,8 @@ def make_failure(args, error):
 
 def env_frames(error):
     """The frames of an error's traceback in the env's own code or a package it calls (not gymnasium's or ours)."""
-    ours = (os.path.dirname(gym.__file__), os.path.abspath(__file__), "<frozen ")
+    ours = (os.path.dirname(gym.__file__), os.path.dirname(multiprocessing.__file__), os.path.abspath(__file__),
+            "<frozen ")
     return [frame for frame in traceback.extract_tb(error.__traceback__) if not frame.filename.startswith(ours)]
 
 
@@ -1282,8 +1282,7 @@ def parse_args():
 
 
 def leave_stops_to_the_main_process():
-    """In a worker process a stop to the whole group is the main process's to act on: Ctrl-C, a closed terminal and
-    Ctrl-\\ are ignored, the others fatal as by default (SIGTERM is how workers stop), whatever it was forked with."""
+    """A worker leaves group-wide stops to the main process: Ctrl-C, hang-up, Ctrl-\\ ignored, the rest as default."""
     if multiprocessing.parent_process() is not None:
         for sig in STOP_SIGNALS:
             ignored = sig in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)
@@ -1313,19 +1312,16 @@ class CheckedEnvs(gym.vector.VectorWrapper):
 
     def timed(self, call, *args, **kwargs):
         """reset or step under a timer that interrupts one that hangs, in a worker process or in this one."""
-        alarm = signal.signal(signal.SIGALRM, self.on_alarm)
+        def on_alarm(signum, frame):
+            raise multiprocessing.TimeoutError(call.__name__)  # said by checked()
+
+        alarm = signal.signal(signal.SIGALRM, on_alarm)
         signal.setitimer(signal.ITIMER_REAL, self.timeout)
         try:
             return call(*args, **kwargs)
-        except multiprocessing.TimeoutError:
-            raise multiprocessing.TimeoutError(call.__name__) from None  # said by checked()
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, alarm)
-
-    @staticmethod
-    def on_alarm(signum, frame):
-        raise multiprocessing.TimeoutError
 
     def checked(self, call):
         try:
@@ -1491,10 +1487,8 @@ class Run:
             self.save()
             outcome = (f"checkpoint of the last complete iteration (step {self.global_step}) saved. "
                        f"Resume with: {command(self.args, '--resume', self.checkpoint_path)}")
-        if isinstance(error, EnvError) and (cause := error.__cause__):  # the env's own frames, not gymnasium's or ours
-            ours = (os.path.dirname(gym.__file__), os.path.dirname(multiprocessing.__file__), os.path.abspath(__file__))
-            frames = [f for f in traceback.extract_tb(cause.__traceback__) if not f.filename.startswith(ours)]
-            lines = traceback.format_list(frames) + traceback.format_exception_only(cause)
+        if isinstance(error, EnvError) and (cause := error.__cause__):
+            lines = traceback.format_list(env_frames(cause)) + traceback.format_exception_only(cause)
             print("\nthe env's error:\n" + "".join(lines), end="", file=sys.stderr)
         said = {EnvError: f"{self.args.env_id} {error} {where}", FloatingPointError: f"non-finite {error} {where}",
                 KeyboardInterrupt: f"stopped by a second signal {where}",  # OSError: TensorBoard's writes (a full disk)
@@ -1599,8 +1593,7 @@ def open_run_folder(args, checkpoint):
 
 
 def evaluate(args, checkpoint):
-    """Run the saved agent, deterministically (likeliest action or mean) or sampling (--eval-sample, on for images),
-    with frozen normalization statistics."""
+    """Run the saved agent: the likeliest action or the mean, or sampled ones (--eval-sample, on for images)."""
     torch.manual_seed(args.seed)
     video_folder = os.path.join("videos", f"{checkpoint['run_name']}-eval")
     envs = make_envs(args, 1, video_folder, "sync", film_first=args.eval_episodes, training=False)
