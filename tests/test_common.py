@@ -674,9 +674,9 @@ def test_env_defaults_apply_to_the_named_envs_only_say_so_yield_to_flags_and_a_r
     """ENV_DEFAULTS: Hopper-v5 (and the others it names) trains at --init-log-std -0.5 unless a flag says otherwise,
     said in the run's first line; other envs keep the script's defaults; a checkpoint resumes with its own settings."""
     script = f"{box_ppo.__name__}.py"
-    family = {"dm_control"} if box_ppo is ppo_continuous else set()  # EnvPool's DMC tasks (test_envpool.py)
     named = {"Hopper-v5", "Walker2d-v5", "BipedalWalker-v3", "MountainCarContinuous-v0", "Swimmer-v5"}
-    assert set(box_ppo.ENV_DEFAULTS) == named | family
+    measured = {"dm_control", "Ant-v5"} if box_ppo is ppo_continuous else set()  # on this script alone
+    assert set(box_ppo.ENV_DEFAULTS) == named | measured
     monkeypatch.setattr(sys, "argv", [script, "--env-id", "Hopper-v5"])
     assert box_ppo.parse_args()[0] == box_ppo.Args(env_id="Hopper-v5", init_log_std=-0.5)
     assert "defaults: ENV_DEFAULTS['Hopper-v5'] sets init_log_std=-0.5" in capsys.readouterr().out
@@ -686,6 +686,10 @@ def test_env_defaults_apply_to_the_named_envs_only_say_so_yield_to_flags_and_a_r
     monkeypatch.setattr(sys, "argv", [script, "--env-id", "MountainCarContinuous-v0"])  # the std that finds the goal
     assert box_ppo.parse_args()[0] == box_ppo.Args(env_id="MountainCarContinuous-v0", init_log_std=0.0)
     assert "defaults: ENV_DEFAULTS['MountainCarContinuous-v0'] sets init_log_std=0.0" in capsys.readouterr().out
+    if box_ppo is ppo_continuous:  # a narrow std (EnvPool's DMC tasks: test_envpool.py)
+        monkeypatch.setattr(sys, "argv", [script, "--env-id", "Ant-v5"])
+        assert box_ppo.parse_args()[0] == box_ppo.Args(env_id="Ant-v5", init_log_std=-1.5)
+        assert "defaults: ENV_DEFAULTS['Ant-v5'] sets init_log_std=-1.5" in capsys.readouterr().out
     monkeypatch.setattr(sys, "argv", [script, "--env-id", "Swimmer-v5"])  # a long horizon, a wide std
     assert box_ppo.parse_args()[0] == box_ppo.Args(env_id="Swimmer-v5", gamma=0.9999, gae_lambda=0.995,
                                                    init_log_std=0.0, num_minibatches=32)
