@@ -446,10 +446,9 @@ def train(args, checkpoint=None):
             rollout_obs, rollout_valid = torch.from_numpy(obs).to(device), torch.from_numpy(valid).to(device)
             values = torch.zeros(rows, device=device)
             with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
-                for group in torch.arange(num_envs).tensor_split(min(args.num_minibatches, num_envs)):
-                    hidden, _ = agent.remember(rollout_obs[:, group], start_memory_state[group],
-                                               rollout_valid[:, group])
-                    values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
+                for ids in torch.arange(num_envs).tensor_split(min(args.num_minibatches, num_envs)):
+                    hidden, _ = agent.remember(rollout_obs[:, ids], start_memory_state[ids], rollout_valid[:, ids])
+                    values[:, ids] = agent.critic(hidden).view(args.num_steps, -1)
                 hidden, _ = agent.remember(torch.from_numpy(next_obs[None]).to(device), memory_state)
                 next_value = agent.critic(hidden).view(1, num_envs)
             next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()

@@ -506,9 +506,9 @@ def train(args, checkpoint=None):
             rollout_obs, rollout_keep = torch.from_numpy(obs).to(device), torch.from_numpy(1.0 - resets).to(device)
             values = torch.zeros(rows, device=device)
             with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
-                for group in torch.arange(num_envs).tensor_split(min(args.num_minibatches, num_envs)):
-                    hidden, _ = agent.remember(rollout_obs[:, group], start_memory_state[group], rollout_keep[:, group])
-                    values[:, group] = agent.critic(hidden).view(args.num_steps, -1)
+                for ids in torch.arange(num_envs).tensor_split(min(args.num_minibatches, num_envs)):
+                    hidden, _ = agent.remember(rollout_obs[:, ids], start_memory_state[ids], rollout_keep[:, ids])
+                    values[:, ids] = agent.critic(hidden).view(args.num_steps, -1)
                 final_values = final_observation_values(agent, final_obs, final_states, dones > 0)
                 hidden, _ = agent.remember(torch.from_numpy(next_obs[None]).to(device), memory_state)
                 next_value = agent.critic(hidden).view(1, num_envs)
