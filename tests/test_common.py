@@ -677,15 +677,15 @@ def test_env_defaults_apply_to_the_named_envs_only_say_so_yield_to_flags_and_a_r
     named = {"Hopper-v5", "Walker2d-v5", "BipedalWalker-v3", "MountainCarContinuous-v0", "Swimmer-v5"}
     measured = {"dm_control", "Ant-v5"} if box_ppo is ppo_continuous else set()  # on this script alone
     assert set(box_ppo.ENV_DEFAULTS) == named | measured
-    monkeypatch.setattr(sys, "argv", [script, "--env-id", "Hopper-v5"])
-    wide = {"hidden_size": 256} if box_ppo is ppo_continuous else {}  # wider networks: measured on this script alone
-    assert box_ppo.parse_args()[0] == box_ppo.Args(env_id="Hopper-v5", init_log_std=-0.5, **wide)
-    said = "init_log_std=-0.5, hidden_size=256" if wide else "init_log_std=-0.5"
-    assert f"defaults: ENV_DEFAULTS['Hopper-v5'] sets {said}\n" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", [script, "--env-id", "Hopper-v5"])  # a wider network too
+    assert box_ppo.parse_args()[0] == box_ppo.Args(env_id="Hopper-v5", init_log_std=-0.5, hidden_size=256)
+    assert "defaults: ENV_DEFAULTS['Hopper-v5'] sets init_log_std=-0.5, hidden_size=256\n" in capsys.readouterr().out
     monkeypatch.setattr(sys, "argv", [script, "--env-id", "Hopper-v5", "--init-log-std", "-1.2"])
-    assert box_ppo.parse_args()[0].init_log_std == -1.2  # a flag given wins
-    said = "sets hidden_size=256" if wide else "overridden by the flags given"  # the entry's other settings stay
-    assert f"defaults: ENV_DEFAULTS['Hopper-v5'] {said}\n" in capsys.readouterr().out
+    assert box_ppo.parse_args()[0].init_log_std == -1.2  # a flag given wins, the entry's other settings stay
+    assert "defaults: ENV_DEFAULTS['Hopper-v5'] sets hidden_size=256\n" in capsys.readouterr().out
+    monkeypatch.setattr(sys, "argv", [script, "--env-id", "Walker2d-v5", "--init-log-std", "-1.2"])
+    assert box_ppo.parse_args()[0].init_log_std == -1.2
+    assert "defaults: ENV_DEFAULTS['Walker2d-v5'] overridden by the flags given\n" in capsys.readouterr().out
     monkeypatch.setattr(sys, "argv", [script, "--env-id", "MountainCarContinuous-v0"])  # the std that finds the goal
     assert box_ppo.parse_args()[0] == box_ppo.Args(env_id="MountainCarContinuous-v0", init_log_std=0.0)
     assert "defaults: ENV_DEFAULTS['MountainCarContinuous-v0'] sets init_log_std=0.0" in capsys.readouterr().out
