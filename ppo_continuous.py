@@ -405,7 +405,8 @@ def train(args, checkpoint=None):
 
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * num_envs * args.num_steps  # environment steps so far
-        next_obs = normalize_obs(envs.reset(seed=seed)[0], obs_rms, args, update=True, floats=floats)
+        # a resumed run's statistics hold the observation it stopped at already: its fresh start is not counted
+        next_obs = normalize_obs(envs.reset(seed=seed)[0], obs_rms, args, update=not checkpoint, floats=floats)
         next_reset = np.zeros(num_envs, dtype=np.float32)  # no sub-env reset before the first step
         memory_state = agent.initial_state(num_envs)  # the memory's (--recurrent), carried from step to step
         for iteration in range(start_iteration, num_iterations + 1):

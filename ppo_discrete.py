@@ -385,7 +385,8 @@ def train(args, checkpoint=None):
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * num_envs * args.num_steps  # environment steps so far
         next_obs, infos = envs.reset(seed=seed)
-        next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
+        # a resumed run's statistics hold the observation it stopped at already: its fresh start is not counted
+        next_obs = normalize_obs(next_obs, obs_rms, args, update=not checkpoint, floats=floats)
         next_reset = np.zeros(num_envs, dtype=np.float32)  # the engine reset no sub-env before the first step
         masked = args.action_mask and "action_mask" in infos  # (Capabilities) the env's invalid-action masks
         next_mask = action_mask(infos, sum(agent.parts), next_reset)

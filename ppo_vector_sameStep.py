@@ -458,7 +458,8 @@ def train(args, checkpoint=None):
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * num_envs * args.num_steps  # environment steps so far
         next_obs, infos = envs.reset(seed=args.seed + start_iteration - 1)  # a resumed run: fresh episodes
-        next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
+        # a resumed run's statistics hold the observation it stopped at already: its fresh start is not counted
+        next_obs = normalize_obs(next_obs, obs_rms, args, update=not checkpoint, floats=floats)
         masked = args.action_mask and agent.discrete and "action_mask" in infos  # (Capabilities) invalid-action masks
         next_mask = action_mask(infos, num_envs, sum(agent.parts))
         memory_state = agent.initial_state(num_envs)  # the memory's (--recurrent), carried from step to step
