@@ -7,13 +7,14 @@ Three parts, each opened by a banner line. The PPO core (Args, envs, Agent, GAE,
 update as visible loops) is all that plain PPO on vectors (CartPole-v1) runs through; "detail N" names the details of
 "The 37 Implementation Details of PPO" (Huang et al., 2022). Capabilities: what the core calls only for images and
 Atari, Dicts, multi-part actions and masks, memory, many agents, the defaults tables. Run safety: checks, checkpoints,
-faults, progress, evaluation; nothing there changes what PPO computes (its banner: what it does with each change).
-Gymnasium 1.x autoresets NEXT_STEP: the step after an episode ends is not a transition (no weight). Where a change goes:
+faults, progress, evaluation, changing nothing PPO computes (its banner: how it takes each change). Where a change goes:
 - a setting: a field of Args (its checks: check_settings); a network: Agent (Agent.log_probs reads the actor);
 - a loss term: ppo_loss (the minibatch is a dict; each statistic it returns is logged as losses/<name>);
-- a schedule: an entry of coefficients() (logged as charts/<name>; ppo_loss reads coefs[name]);
+- a schedule: an entry of coefficients() (logged as charts/<name>; ppo_loss reads coefs[name]); one changed during
+  the update (a rate adapted by KL, a learned coefficient): a tensor in `state`, changed in place;
 - a piece of state: train()'s `state` (checkpointed, resumed); rollout data: a buffer in train(), then `batch`;
 - a rollout statistic: an entry of `charts` at the end of train()'s iteration (logged as charts/<name>).
+Then trust it by running: python benchmarks/self_check.py my_ppo.py --against ppo_discrete.py
 """
 
 import os
@@ -246,8 +247,7 @@ class Agent(nn.Module):
         self.register_buffer("grid", part_grid(self.parts), persistent=False)  # not in checkpoints: from the space
         self.encoder = encoder_for(space)  # (Capabilities) a CNN for images and Dicts; None: vectors as they are
         features = self.encoder.features if self.encoder else int(np.prod(space.shape))
-        # memory (--recurrent): an LSTM or GRU layer after the encoder, for both heads (128 units after a Nature CNN)
-        layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[args.recurrent]
+        layer = {"none": None, "lstm": nn.LSTM, "gru": nn.GRU}[args.recurrent]  # memory: after the encoder, both heads
         self.memory = layer(features, 128 if nature_sized(space) else args.hidden_size) if layer else None
         features = self.memory.hidden_size if self.memory else features
         # detail 13: separate actor and critic, two tanh layers each; none after a Nature CNN (Atari: linear heads)
@@ -341,8 +341,8 @@ def ppo_loss(agent, hidden, mb, coefs, args):
     entropy_loss = entropy.mean()
     loss = pg_loss - coefs["ent_coef"] * entropy_loss + v_loss * coefs["vf_coef"]  # detail 10: one combined loss
 
-    with torch.no_grad():  # detail 12: debug variables; approx_kl is the k3 estimator
-        stats = {"policy_loss": pg_loss, "value_loss": v_loss, "entropy": entropy_loss,
+    with torch.no_grad():  # detail 12: debug variables, detached from the graph; approx_kl is the k3 estimator
+        stats = {"policy_loss": pg_loss.detach(), "value_loss": v_loss.detach(), "entropy": entropy_loss.detach(),
                  "old_approx_kl": (-logratio).mean(), "approx_kl": ((ratio - 1) - logratio).mean(),
                  "clipfrac": ((ratio - 1.0).abs() > clip).float().mean()}
     return loss, stats
@@ -385,8 +385,7 @@ def train(args, checkpoint=None):
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * num_envs * args.num_steps  # environment steps so far
         next_obs, infos = envs.reset(seed=seed)
-        # a resumed run's statistics hold the observation it stopped at already: its fresh start is not counted
-        next_obs = normalize_obs(next_obs, obs_rms, args, update=not checkpoint, floats=floats)
+        next_obs = normalize_obs(next_obs, obs_rms, args, update=not checkpoint, floats=floats)  # not on a resume
         next_reset = np.zeros(num_envs, dtype=np.float32)  # the engine reset no sub-env before the first step
         masked = args.action_mask and "action_mask" in infos  # (Capabilities) the env's invalid-action masks
         next_mask = action_mask(infos, sum(agent.parts), next_reset)
@@ -1065,7 +1064,8 @@ class OneGame(gym.Env):
 # logged as charts/<name>, of the loss's statistics as losses/<name>. Resuming a checkpoint of an edited copy: a setting
 # gone is dropped, a new one takes its flag or default, a new `state` entry starts fresh, each said in one line.
 
-SCRIPT = os.path.basename(__file__)  # recorded in every checkpoint: a copy of this file is a script of its own
+SCRIPT = os.path.basename(__file__)  # this file's name, recorded in every checkpoint beside its kind:
+KIND = "ppo_discrete.py"  # what its checkpoints are: a copy keeps it, so resumes the checkpoints of its original
 # Ctrl-C, kill, a closed terminal, Ctrl-\, a scheduler's warning or CPU limit: each finishes the iteration and saves
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
                 signal.SIGXCPU)
@@ -1203,18 +1203,21 @@ def load_checkpoint(path):
         checkpoint = torch.load(path, map_location="cpu", weights_only=True)  # weights_only: data, never code
     except Exception as e:  # a truncated or foreign file: report it, never a traceback
         fail(f"cannot read checkpoint {path}: {first_line(e)}")
-    owner = checkpoint.get("script", SCRIPT) if isinstance(checkpoint, dict) else None  # unrecorded in old ones
-    if owner != SCRIPT:
-        fail(f"{path} is a checkpoint of {owner}, not of {SCRIPT}: use {owner}" if owner else
-             f"{path} is not a checkpoint of {SCRIPT}")
+    if not isinstance(checkpoint, dict):
+        fail(f"{path} is not a checkpoint of {SCRIPT}")
+    written_by = checkpoint.get("script", SCRIPT)  # older checkpoints record their script's name only, the oldest none
+    kind = checkpoint.get("kind", KIND if written_by in (SCRIPT, KIND) else written_by)
+    if kind != KIND:  # a copy keeps KIND: it resumes its original's checkpoints, and the original the copy's
+        ours = KIND if SCRIPT == KIND else f"{SCRIPT} (a copy of {KIND})"
+        fail(f"{path} is a checkpoint of {kind}, not of {ours}: use {kind}")
     known = {field.name: field.default for field in fields(Args)}
     if not CHECKPOINT_SCHEMA.keys() <= checkpoint.keys() or not isinstance(checkpoint["args"], dict):
         fail(f"{path} is not a checkpoint of {SCRIPT} (expected keys: {', '.join(sorted(CHECKPOINT_SCHEMA))})")
     # damaged: fields, state_dicts (the other entries) or settings of the wrong type (an int may stand for a float)
     wrong = [key for key, kind in CHECKPOINT_SCHEMA.items() if not isinstance(checkpoint[key], kind)
              or type(checkpoint[key]) is bool or (kind is torch.Tensor and checkpoint[key].dtype != torch.uint8)]
-    wrong += [key for key, value in checkpoint.items() if key not in CHECKPOINT_SCHEMA and not isinstance(value, dict)
-              and key not in ("script", "cuda_rng_state")]
+    wrong += [key for key, value in checkpoint.items() if key not in CHECKPOINT_SCHEMA and key not in
+              ("script", "kind", "cuda_rng_state") and not isinstance(value, (dict, torch.Tensor))]
     wrong += [name for name, value in checkpoint["args"].items() if name in known and known[name] is not None and
               type(value) is not type(known[name]) and not (type(known[name]) is float and type(value) is int)]
     if wrong:
@@ -1229,21 +1232,44 @@ def load_checkpoint(path):
 
 
 def restore(checkpoint, state, env_id):
-    """Each object of `state` from its entry in the checkpoint: one line if an entry is missing or does not fit."""
-    for name, obj in state.items():
-        if name not in checkpoint:  # new in this file, or not in an older checkpoint: fresh
+    """Each entry of `state` from the checkpoint's; one it lacks starts fresh, said in a note. Parameters added to a
+    module since start fresh, or removed ones are dropped, each named, and the optimizer starts fresh; an entry that
+    does not fit (another env, setting or network) cannot resume: one line that says which entry and how."""
+    edited = False  # a module gained or lost parameters: the optimizer's moments are those of other parameters
+    for name, obj in sorted(state.items(), key=lambda item: isinstance(item[1], torch.optim.Optimizer)):  # it last
+        if name not in checkpoint:  # new in this file, or not in an older checkpoint
             print(f"note: the checkpoint has no {name}: it starts fresh")
             continue
+        if edited and isinstance(obj, torch.optim.Optimizer):
+            print(f"note: the checkpoint's {name} holds moments of other parameters: it starts fresh")
+            continue
+        if isinstance(obj, nn.Module) and isinstance(checkpoint[name], dict):
+            ours, saved = obj.state_dict().keys(), checkpoint[name].keys()
+            added, removed = ours - saved, saved - ours
+            if added and removed:  # renamed or replaced: not an addition
+                fail(f"the checkpoint's {name} does not fit {SCRIPT}'s on {env_id} (another script, env or network): "
+                     f"{SCRIPT} has {', '.join(sorted(added))}, the checkpoint {', '.join(sorted(removed))} instead")
+            if added or removed:
+                print(f"note: {SCRIPT}'s {name} has new {', '.join(sorted(added))}: they start fresh" if added else
+                      f"note: the checkpoint's {name} has {', '.join(sorted(removed))}, gone from {SCRIPT}: dropped")
+                edited = True
         try:
+            if torch.is_tensor(obj):  # a tensor changed in place, such as a coefficient learned in the update
+                if obj.shape != checkpoint[name].shape:
+                    raise ValueError(f"shape {tuple(checkpoint[name].shape)} where {SCRIPT}'s is {tuple(obj.shape)}")
+                with torch.no_grad():
+                    obj.copy_(checkpoint[name])
+                continue
             shapes = {key: value.shape for key, value in obj.state_dict().items() if torch.is_tensor(value)}
-            obj.load_state_dict(checkpoint[name])
+            obj.load_state_dict(checkpoint[name], **({"strict": False} if isinstance(obj, nn.Module) else {}))
             loaded = {key: value.shape for key, value in obj.state_dict().items() if torch.is_tensor(value)}
             moments = [m.shape == p.shape for p, s in getattr(obj, "state", {}).items() for m in s.values() if m.dim()]
             if loaded != shapes or not all(moments):  # an optimizer's moments have the shape of their parameter
                 raise ValueError("statistics of the wrong shape")
-        except Exception as e:  # a network of another shape (another env), or a damaged entry
+        except Exception as e:  # a network of another shape (another env or setting), or a damaged entry
             detail = [*str(e).splitlines()[1:], first_line(e)][0].strip()  # torch puts the detail on line 2
-            fail(f"the checkpoint's {name} does not fit {env_id}: {detail}")
+            fail(f"the checkpoint's {name} does not fit {SCRIPT}'s on {env_id} (another env, setting or network): "
+                 f"{detail}")
 
 
 def parse_args():
@@ -1374,6 +1400,10 @@ class Run:
         threading.excepthook = lambda hook: (type(hook.thread).__module__.startswith("tensorboard.")
                                              and isinstance(hook.exc_value, OSError)) or excepthook(hook)
         try:
+            for name, obj in state.items():  # what a checkpoint can hold
+                if not torch.is_tensor(obj) and not hasattr(obj, "load_state_dict"):
+                    fail(f"train()'s state['{name}'] is a {type(obj).__name__}: a checkpoint holds tensors (changed in "
+                         "place) and objects with state_dict() and load_state_dict()")
             if self.checkpoint:
                 restore(self.checkpoint, state, args.env_id)
                 torch.set_rng_state(self.checkpoint["rng_state"])
@@ -1451,9 +1481,10 @@ class Run:
         scalars = {**{f"charts/{name}": value for name, value in charts.items()},
                    **{f"losses/{name}": value for name, value in losses.items()}}
         self.global_step, final, args = global_step, iteration == self.num_iterations, self.args
-        self.last_complete = {name: copy.deepcopy(obj.state_dict()) for name, obj in self.state.items()}
+        self.last_complete = {name: obj.detach().clone() if torch.is_tensor(obj) else copy.deepcopy(obj.state_dict())
+                              for name, obj in self.state.items()}
         self.last_complete.update(global_step=global_step, iteration=iteration, args=asdict(args), run_name=self.name,
-                                  script=SCRIPT, rng_state=torch.get_rng_state(),
+                                  script=SCRIPT, kind=KIND, rng_state=torch.get_rng_state(),
                                   cuda_rng_state=torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [])
         sps = int((global_step - self.start_step) / (time.time() - self.start_time))
         for tag, value in {**scalars, "charts/SPS": sps}.items():

@@ -17,7 +17,8 @@ holds, else 1, each failed check naming what differed first (a checkpoint entry,
 - against (with --against ORIGINAL): the copy, with the settings it added at their defaults, trains bit for bit as
   ORIGINAL does, and resumes ORIGINAL's checkpoint.
 - contents: what the checkpoint holds and what TensorBoard received; with --against, what the copy added.
-A check takes well under a minute on 2 cores at these sizes; --keep keeps the runs' folder to look into.
+A check takes well under a minute on 2 cores at these sizes; --only runs some of them (--only resume repeat), --keep
+keeps the runs' folder to look into.
 """
 
 import argparse
@@ -39,9 +40,10 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 SIZES = {"--num-envs": "2", "--num-steps": "32"}  # small batches, unless the flags given set them
 ITERATIONS = 3  # of a run on the user's env; the resume check's runs have 8, so that a stop lands before the end
-NOT_COMPARED = {"run_name"}  # a checkpoint's entries that differ between two runs by design (the run's folder)
-NOT_COMPARED_ARGS = {"resume", "eval_checkpoint"}
+NOT_COMPARED = {"run_name", "script"}  # entries that differ between two runs by design: folder, file name
+NOT_COMPARED_ARGS = {"resume", "eval_checkpoint", "exp_name"}  # exp_name: a copy's file name by default
 TIMED = {"charts/SPS"}  # scalars that measure time, not training
+CHECKS = ("resume", "repeat", "evaluate", "against", "contents")
 NEXT_STEP_KINDS = {"ppo_discrete.py": True, "ppo_continuous.py": False}  # kind: discrete actions (else SAME_STEP, Box)
 
 
@@ -273,7 +275,12 @@ def main():
     parser.add_argument("script", help="a PPO script, or your copy of one")
     parser.add_argument("--against", metavar="ORIGINAL", help="the script your copy was made from")
     parser.add_argument("--keep", action="store_true", help="keep the runs' folder (its path is printed)")
+    parser.add_argument("--only", nargs="+", choices=CHECKS, metavar="CHECK",
+                        help=f"run these checks alone (of {', '.join(CHECKS)}; default: all)")
     options = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if options.only and "against" in options.only and not options.against:
+        raise SystemExit("error: the against check needs --against ORIGINAL")
+    chosen = set(options.only or [name for name in CHECKS if name != "against" or options.against])
     for path in [options.script] + ([options.against] if options.against else []):
         if not os.path.isfile(path):
             raise SystemExit(f"error: no script {path}")
@@ -303,40 +310,55 @@ def main():
 
     def say(name, holds, text):
         results.append((name, holds))
-        print(f"{'ok  ' if holds else 'FAIL'}  {name:<9} {text}", flush=True)
+        print(f"{'ok  ' if holds else 'FAIL'}  {name:<9} {text} [{time.time() - started:.0f} s]", flush=True)
 
     try:
-        whole, cut = runs.start("resume_whole", script, own), runs.start("resume_cut", script, own)
-        first = runs.start("repeat_1", script, user)
-        check_resume(runs, script, env_id, kind, whole, cut, say)
-        second = runs.start("repeat_2", script, user)
-        ok, status, line, _ = ran(first)
-        if not ok:
-            say("repeat", False, f"the run failed (status {status}): {line}")
-        else:
-            evaluations = [runs.start(f"evaluate_{how}", script, ["--eval-checkpoint", checkpoint_of(first),
-                                                                   "--eval-episodes", "2", "--eval-max-steps", "500",
-                                                                   *named_env, *extra])
-                           for how, extra in (("mean", []), ("sampled", ["--eval-sample"]))]
-            ok, status, line, _ = ran(second)
-            seed = flag_value(flags, "--seed") or "1"
-            say("repeat", *(same_runs(first, second, f"two runs of seed {seed}") if ok else
-                            (False, f"the second run failed (status {status}): {line}")))
-            said, holds = [], True
-            for process, how in zip(evaluations, ("mean or argmax", "sampled")):
-                ok, status, line, text = ran(process)
-                mean = re.search(r"mean return (\S+ ± \S+)", text)
-                holds = holds and ok and bool(mean)
-                said.append(f"{how} {mean.group(1)}" if ok and mean else f"{how} failed (status {status}): {line}")
-            say("evaluate", holds, "; ".join(said) + " (2 episodes)")
-            added = against(runs, options, user, first, say) if options.against else None
-            say("contents", True, contents(first, added))
+        if "resume" in chosen:
+            whole, cut = runs.start("resume_whole", script, own), runs.start("resume_cut", script, own)
+        first = runs.start("repeat_1", script, user) if chosen - {"resume"} else None  # what the other checks read
+        if "resume" in chosen:
+            check_resume(runs, script, env_id, kind, whole, cut, say)
+        second = runs.start("repeat_2", script, user) if "repeat" in chosen else None
+        if first is not None:
+            ok, status, line, _ = ran(first)
+            if not ok:
+                for name in [name for name in CHECKS if name in chosen and name != "resume"]:
+                    say(name, False, f"the run failed (status {status}): {line}")
+                if second is not None:
+                    finish(second)
+            else:
+                checks_on(first, second, runs, options, script, user, flags, named_env, chosen, say)
     finally:
         runs.close()
     failed = [name for name, holds in results if not holds]
     print(f"self-check of {script}: {len(results) - len(failed)} of {len(results)} checks hold"
           f"{' (failed: ' + ', '.join(failed) + ')' if failed else ''}, in {time.time() - started:.0f} s")
     return 1 if failed else 0
+
+
+def checks_on(first, second, runs, options, script, user, flags, named_env, chosen, say):
+    """repeat, evaluate, against and contents, on the finished first run of the user's env (`second`: its repeat)."""
+    if "evaluate" in chosen:
+        evaluations = [runs.start(f"evaluate_{how}", script, ["--eval-checkpoint", checkpoint_of(first),
+                                                               "--eval-episodes", "2", "--eval-max-steps", "500",
+                                                               *named_env, *extra])
+                       for how, extra in (("mean", []), ("sampled", ["--eval-sample"]))]
+    if "repeat" in chosen:
+        ok, status, line, _ = ran(second)
+        seed = flag_value(flags, "--seed") or "1"
+        say("repeat", *(same_runs(first, second, f"two runs of seed {seed}") if ok else
+                        (False, f"the second run failed (status {status}): {line}")))
+    if "evaluate" in chosen:
+        said, holds = [], True
+        for process, how in zip(evaluations, ("mean or argmax", "sampled")):
+            ok, status, line, text = ran(process)
+            mean = re.search(r"mean return (\S+ ± \S+)", text)
+            holds = holds and ok and bool(mean)
+            said.append(f"{how} {mean.group(1)}" if ok and mean else f"{how} failed (status {status}): {line}")
+        say("evaluate", holds, "; ".join(said) + " (2 episodes)")
+    added = against(runs, options, user, first, say) if "against" in chosen else None
+    if "contents" in chosen:
+        say("contents", True, contents(first, added))
 
 
 def check_resume(runs, script, env_id, kind, whole, cut, say):
@@ -363,7 +385,7 @@ def against(runs, options, user, first, say):
     """The copy with its added settings at their defaults trains as ORIGINAL does, and resumes ORIGINAL's checkpoint.
     Returns what the copy added: (settings, checkpoint entries, tags)."""
     known = {name.replace("_", "-") for name in settings_of(options.against)}
-    plain = without(user, lambda name: name in known or (name.startswith("no-") and name[3:] in known))
+    plain = without(user, lambda name: name not in known and not (name.startswith("no-") and name[3:] in known))
     original = runs.start("against_original", options.against, plain)
     copy = first if plain == user else runs.start("against_copy", options.script, plain)
     ok, status, line, _ = ran(original)
@@ -400,8 +422,9 @@ def against(runs, options, user, first, say):
 
 def contents(run, added):
     checkpoint, tags = load(checkpoint_of(run)), scalars(run)
-    state = [key for key, value in checkpoint.items() if isinstance(value, dict) and key != "args"]
-    fields = [key for key, value in checkpoint.items() if not isinstance(value, dict)]
+    counters = {"global_step", "iteration", "run_name", "script", "kind", "rng_state", "cuda_rng_state"}
+    state = [key for key in checkpoint if key not in counters and key != "args"]  # train()'s `state`
+    fields = [key for key in checkpoint if key in counters]
     groups = {}
     for tag in sorted(tags):
         groups.setdefault(tag.split("/")[0], []).append(tag.split("/", 1)[-1])

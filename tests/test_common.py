@@ -160,8 +160,8 @@ def test_short_run_writes_every_tag_and_a_complete_checkpoint(ppo, in_tmp):
     path = ppo.train(short_args(ppo))
     checkpoint = torch.load(path, weights_only=True)
     state = {"model", "optimizer", "obs_rms", "return_rms"}  # the same in every script
-    assert set(checkpoint) == set(ppo.CHECKPOINT_SCHEMA) | state | {"script", "cuda_rng_state"}
-    assert checkpoint["script"] == f"{ppo.__name__}.py"
+    assert set(checkpoint) == set(ppo.CHECKPOINT_SCHEMA) | state | {"script", "kind", "cuda_rng_state"}
+    assert checkpoint["script"] == checkpoint["kind"] == f"{ppo.__name__}.py"
     assert checkpoint["global_step"] == 1024 and checkpoint["iteration"] == 2
     tags = scalars(os.path.dirname(path))
     expected = {"charts/episodic_return", "charts/episodic_length", "charts/learning_rate", "charts/SPS",
@@ -585,12 +585,13 @@ def test_same_seed_gives_identical_losses_and_weights(ppo, in_tmp):
 def test_a_checkpoint_written_before_scripts_were_recorded_is_still_told_apart(checkpoints_of_each_script, tmp_path):
     """ppo_continuous.py and ppo_vector_sameStep.py save the same keys; without the script's name, the network tells."""
     checkpoint = torch.load(checkpoints_of_each_script["ppo_continuous"], weights_only=True)
-    del checkpoint["script"], checkpoint["args"]["env_backend"], checkpoint["args"]["env_threads"]  # as written then
+    del checkpoint["script"], checkpoint["kind"], checkpoint["args"]["env_backend"], checkpoint["args"]["env_threads"]  # as written then
     checkpoint["model"] = {re.sub(r"^actor\.", "actor_mean.", key): value for key, value in checkpoint["model"].items()}
     torch.save(checkpoint, tmp_path / "old.pt")
     checkpoint = ppo_vector_sameStep.load_checkpoint(str(tmp_path / "old.pt"))
     args = ppo_vector_sameStep.Args(**{**checkpoint["args"], "eval_checkpoint": str(tmp_path / "old.pt")})
-    with pytest.raises(SystemExit, match="the checkpoint's model does not fit Pendulum-v1: Missing key"):
+    with pytest.raises(SystemExit, match="the checkpoint's model does not fit ppo_vector_sameStep.py's on Pendulum-v1 \\(another script, env or "
+                       "network\\): ppo_vector_sameStep.py has actor.0.bias, .*, the checkpoint actor_mean.0.bias, .* instead"):
         ppo_vector_sameStep.evaluate(args, checkpoint)
 
 

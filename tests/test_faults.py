@@ -210,7 +210,7 @@ FAULTS = [
     Fault("checkpoint with other keys", r"foreign.pt is not a checkpoint of {script} \(expected keys", checkpoint=("foreign",)),
     *[Fault(f"checkpoint of {writer.__name__}.py", rf"is a checkpoint of {writer.__name__}.py, not of {{script}}: use {writer.__name__}.py",
             scripts=tuple(ppo for ppo in ALL if ppo is not writer), checkpoint=("of", writer)) for writer in ALL],
-    Fault("checkpoint of another env", r"the checkpoint's model does not fit {other-env}: size mismatch",
+    Fault("checkpoint of another env", r"the checkpoint's model does not fit {script}'s on {other-env} \(another env, setting or network\): size mismatch",
           ("--env-id", "{other-env}", "--total-timesteps", "2048"), checkpoint=("own",)),
     *[Fault(f"damaged checkpoint: {key} = {value!r}", rf"damaged.pt is damaged: wrong type of {key}", checkpoint=("damaged", part, key, value))
       for part, key, value in [("args", "num_envs", "four"), ("args", "learning_rate", "fast"), ("args", "norm_adv", 1),

@@ -143,4 +143,5 @@ def test_a_checkpoint_of_other_action_parts_is_refused_in_one_line(ppo, in_tmp, 
     for flag in ("--resume", "--eval-checkpoint"):
         message = run_main(ppo, [flag, path, "--env-id", "test/ContextMultiBinary-v0", "--total-timesteps", "1024"],
                            monkeypatch)
-        assert message.startswith("error: the checkpoint's model does not fit test/ContextMultiBinary-v0: size mismatch")
+        assert message.startswith(f"error: the checkpoint's model does not fit {ppo.__name__}.py's on test/ContextMultiBinary-v0 "
+                                  "(another env, setting or network): size mismatch")
