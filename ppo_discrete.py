@@ -472,7 +472,7 @@ def train(args, checkpoint=None):
             losses = {name: torch.stack([s[name] for s in update_stats]).mean().item() for name in stats}
             var_y, residual = batch["returns"].var().item(), (batch["returns"] - batch["values"]).var().item()
             losses["explained_variance"] = 1 - residual / var_y if var_y else np.nan
-            charts = dict(coefs)
+            charts = dict(coefs, learning_rate=optimizer.param_groups[0]["lr"])  # the rate the update ended with
             run.end_iteration(iteration, global_step, charts, losses)
     return run.checkpoint_path
 

@@ -6,7 +6,10 @@
 It starts the script as a user does, in a folder of its own under the system's temporary folder, and reads what the
 runs leave there: checkpoints and TensorBoard events. One line per check, then a summary; status 0 when every check
 holds, else 1, each failed check naming what differed first (a checkpoint entry, or a tag at a step). The flags after
-`--` go to every run (on small batches: --num-envs 2 --num-steps 32 unless given). The checks:
+`--` go to every run (on small batches: --num-envs 2 --num-steps 32 unless given), but the against check drops those of
+settings ORIGINAL lacks: it runs both at the copy's defaults. A new code path that a flag turns on is checked by a
+second call with it on (`-- --my-flag ...`); a tensor it changes is best checked away from any bound it is clamped to
+(a value stuck at its bound resumes alike whether restored or not). The checks:
 - resume: a run stopped by a real SIGTERM after its first checkpoint, then resumed, ends exactly where a run left alone
   ends: every entry of its checkpoint (train()'s `state`, with what the copy added, the optimizer, the random state) and
   every scalar TensorBoard received but charts/SPS. A resumed run starts fresh episodes, so this check trains on an env
@@ -271,7 +274,8 @@ def ran(process, expected=(0,)):
 def main():
     argv = sys.argv[1:]
     flags = argv[argv.index("--") + 1:] if "--" in argv else []
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog="flags after -- go to every run")
+    epilog = "flags after -- go to every run, but the against check drops those of settings ORIGINAL lacks"
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], epilog=epilog)
     parser.add_argument("script", help="a PPO script, or your copy of one")
     parser.add_argument("--against", metavar="ORIGINAL", help="the script your copy was made from")
     parser.add_argument("--keep", action="store_true", help="keep the runs' folder (its path is printed)")
@@ -317,7 +321,7 @@ def main():
             whole, cut = runs.start("resume_whole", script, own), runs.start("resume_cut", script, own)
         first = runs.start("repeat_1", script, user) if chosen - {"resume"} else None  # what the other checks read
         if "resume" in chosen:
-            check_resume(runs, script, env_id, kind, whole, cut, say)
+            check_resume(runs, script, env_id, whole, cut, say)
         second = runs.start("repeat_2", script, user) if "repeat" in chosen else None
         if first is not None:
             ok, status, line, _ = ran(first)
@@ -361,7 +365,7 @@ def checks_on(first, second, runs, options, script, user, flags, named_env, chos
         say("contents", True, contents(first, added))
 
 
-def check_resume(runs, script, env_id, kind, whole, cut, say):
+def check_resume(runs, script, env_id, whole, cut, say):
     """Stop `cut` by SIGTERM after its first checkpoint, resume it, and hold it against `whole`, left alone."""
     signalled = stop_after_first_checkpoint(cut)
     status, text = finish(cut)
@@ -378,7 +382,7 @@ def check_resume(runs, script, env_id, kind, whole, cut, say):
             return say("resume", False, f"{'the resumed' if process is rest else 'the whole'} run failed "
                                         f"(status {status}): {line}")
     holds, said = same_runs(whole, rest, "resumed and uninterrupted runs")
-    say("resume", holds, f"SIGTERM at iteration {stopped} of 8 on {env_id} ({kind}); {said}")
+    say("resume", holds, f"SIGTERM at iteration {stopped} of 8 on {env_id}; {said}")
 
 
 def against(runs, options, user, first, say):
@@ -391,8 +395,8 @@ def against(runs, options, user, first, say):
     ok, status, line, _ = ran(original)
     copy_ok, copy_status, copy_line, _ = ran(copy)
     if not ok or not copy_ok:
-        say("against", False, f"{'ORIGINAL' if not ok else 'the copy'} failed (status {status if not ok else copy_status})"
-                              f": {line if not ok else copy_line}")
+        which, status, line = ("ORIGINAL", status, line) if not ok else ("the copy", copy_status, copy_line)
+        say("against", False, f"{which} failed (status {status}): {line}")
         return None
     ours, theirs = load(checkpoint_of(copy)), load(checkpoint_of(original))
     changed = [f"{name} {ours['args'][name]!r} (ORIGINAL: {theirs['args'][name]!r})" for name in theirs["args"]

@@ -78,9 +78,9 @@ def edited_copy(ppo, text):
     schedule = '"vf_coef": args.vf_coef}'
     assert text.count(schedule) == 1
     text = text.replace(schedule, '"vf_coef": args.vf_coef, "aux_coef": args.aux_coef}')
-    charts = "charts = dict(coefs)"
+    charts = "charts = dict(coefs, "
     assert text.count(charts) == 1
-    return text.replace(charts, 'charts = dict(coefs, mean_value=batch["values"].mean().item())')
+    return text.replace(charts, 'charts = dict(coefs, mean_value=batch["values"].mean().item(), ')
 
 
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
@@ -254,3 +254,59 @@ def test_a_stop_during_the_start_with_worker_processes_leaves_no_folder_and_no_w
     time.sleep(1.0)
     left = subprocess.run(["pgrep", "-s", str(process.pid)], capture_output=True, text=True).stdout
     assert left == "", f"worker processes left behind: {left}"
+
+
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_the_loss_statistics_are_detached_so_a_coefficient_may_learn_from_them(ppo, in_tmp, monkeypatch):
+    """Each statistic ppo_loss returns is a value, not the graph's tensor: a change that trains a coefficient on
+    stats["entropy"] (a second backward) cannot reach through the loss's graph."""
+    seen, ppo_loss = [], ppo.ppo_loss
+
+    def spy(*args):
+        loss, stats = ppo_loss(*args)
+        seen.append(stats)
+        return loss, stats
+
+    monkeypatch.setattr(ppo, "ppo_loss", spy)
+    ppo.train(short_args(ppo, total_timesteps=512))
+    assert seen and {"policy_loss", "value_loss", "entropy", "approx_kl"} <= set(seen[0])
+    assert not [name for stats in seen for name, value in stats.items() if value.requires_grad or value.grad_fn]
+
+
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_a_head_added_to_the_agent_starts_fresh_on_an_older_checkpoint_and_a_renamed_one_is_refused(
+        ppo, in_tmp, capsys, monkeypatch):
+    """A reward head added to Agent: the checkpoint's weights load, the head starts fresh (one note), and so does the
+    optimizer (its moments belong to the old parameters). The critic renamed: refused in one line that says so."""
+    first = ppo.train(short_args(ppo, total_timesteps=512))
+    checkpoint = ppo.load_checkpoint(first)
+    init, restore, restored = ppo.Agent.__init__, ppo.restore, []
+
+    def with_head(agent, envs, args):
+        init(agent, envs, args)
+        agent.reward_head = torch.nn.Linear(3, 1)
+
+    def spy(saved, state, env_id):
+        restore(saved, state, env_id)
+        loaded = state["model"].state_dict()
+        restored.append(all(torch.equal(loaded[key], value) for key, value in saved["model"].items()))
+
+    monkeypatch.setattr(ppo.Agent, "__init__", with_head)
+    monkeypatch.setattr(ppo, "restore", spy)
+    capsys.readouterr()
+    path = ppo.train(ppo.Args(**{**checkpoint["args"], "total_timesteps": 1024, "resume": first}), checkpoint)
+    notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("note:")]
+    assert notes == [f"note: {ppo.SCRIPT}'s model has new reward_head.bias, reward_head.weight: they start fresh",
+                     "note: the checkpoint's optimizer holds moments of other parameters: it starts fresh"], notes
+    assert restored == [True] and "reward_head.weight" in ppo.load_checkpoint(path)["model"]
+
+    def renamed(agent, envs, args):
+        init(agent, envs, args)
+        agent.value = agent._modules.pop("critic")
+
+    monkeypatch.setattr(ppo.Agent, "__init__", renamed)
+    checkpoint = ppo.load_checkpoint(path)
+    with pytest.raises(SystemExit) as stop:
+        ppo.train(ppo.Args(**{**checkpoint["args"], "total_timesteps": 1536, "resume": path}), checkpoint)
+    assert re.match(rf"error: the checkpoint's model does not fit {ppo.SCRIPT}'s on \S+ \(another script, env or "
+                    rf"network\): {ppo.SCRIPT} has value\.\S+, .* the checkpoint critic\.\S+, .* instead$", str(stop.value))
