@@ -416,9 +416,10 @@ def against(runs, options, user, first, say):
                              ["--resume", checkpoint_of(original), "--total-timesteps", str(total), *
                               (["--env-id", theirs["args"]["env_id"]] if ":" in theirs["args"]["env_id"] else [])])
         ok, status, line, text = ran(resumed)
-        notes = len([line for line in text.splitlines() if line.startswith("note:")])
+        notes = [line.removeprefix("note: ") for line in text.splitlines() if line.startswith("note:")]
+        said = f"saying: {'; '.join(notes)}" if notes else "with no note"  # the copy's new settings and entries
         say("against", ok, f"trains bit for bit as {options.against} (checkpoint and scalars); "
-            + (f"resumes its checkpoint to step {total:,} ({notes} notes)" if ok else
+            + (f"resumes its checkpoint to step {total:,}, {said}" if ok else
                f"cannot resume its checkpoint (status {status}): {line}"))
     return (sorted(set(ours["args"]) - set(theirs["args"])), sorted(set(ours) - set(theirs)),
             sorted(set(tags_ours) - set(tags_theirs)))

@@ -57,7 +57,9 @@ def test_a_copy_that_adds_a_setting_state_and_a_chart_passes_every_check_against
     for check in ("resume", "repeat", "evaluate", "against", "contents"):
         assert line_of(check, output).startswith("ok  "), output
     assert "SIGTERM at iteration" in line_of("resume", output)
-    assert "resumes its checkpoint" in line_of("against", output)  # the copy takes its original's checkpoint
+    resumed = line_of("against", output)  # the copy takes its original's checkpoint, each new thing in a note
+    assert "resumes its checkpoint to step 384, saying: the checkpoint has no setting ent_decay: 0.5 applies" in resumed
+    assert "the checkpoint has no ent_scale: it starts fresh" in resumed
     added = line_of("contents", output).split("The copy adds ")[1]
     assert "settings: ent_decay;" in added and "entries: ent_scale;" in added and "tags: charts/ent_scale" in added
     assert f"self-check of {copy}: 5 of 5 checks hold" in output
