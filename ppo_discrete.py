@@ -1402,8 +1402,8 @@ class Run:
         try:
             for name, obj in state.items():  # what a checkpoint can hold
                 if not torch.is_tensor(obj) and not hasattr(obj, "load_state_dict"):
-                    fail(f"train()'s state['{name}'] is a {type(obj).__name__}: a checkpoint holds tensors (changed in "
-                         "place) and objects with state_dict() and load_state_dict()")
+                    fail(f"train()'s state['{name}'] is of type {type(obj).__name__}: a checkpoint holds tensors "
+                         "(changed in place) and objects with state_dict() and load_state_dict()")
             if self.checkpoint:
                 restore(self.checkpoint, state, args.env_id)
                 torch.set_rng_state(self.checkpoint["rng_state"])

@@ -310,3 +310,18 @@ def test_a_head_added_to_the_agent_starts_fresh_on_an_older_checkpoint_and_a_ren
         ppo.train(ppo.Args(**{**checkpoint["args"], "total_timesteps": 1536, "resume": path}), checkpoint)
     assert re.match(rf"error: the checkpoint's model does not fit {ppo.SCRIPT}'s on \S+ \(another script, env or "
                     rf"network\): {ppo.SCRIPT} has value\.\S+, .* the checkpoint critic\.\S+, .* instead$", str(stop.value))
+
+
+def test_a_state_entry_a_checkpoint_cannot_hold_is_refused_in_one_line(tmp_path):
+    """`state` takes tensors and objects with state_dict(): a plain number there (a counter) gets one line, not a
+    checkpoint that silently lacks it."""
+    script = tmp_path / "my_ppo.py"
+    rows = "    rows = (args.num_steps, num_envs)"
+    text = open(ppo_discrete.__file__).read()
+    assert text.count(rows) == 1
+    script.write_text(text.replace(rows, '    state["updates"] = 0\n' + rows))
+    done = subprocess.run([sys.executable, str(script), *short_flags(ppo_discrete), "--total-timesteps", "512"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.splitlines()[-1] == ("error: train()'s state['updates'] is of type int: a checkpoint holds tensors "
+                                            "(changed in place) and objects with state_dict() and load_state_dict()")
