@@ -15,7 +15,6 @@ computes (its banner: how it takes each change). Where a change goes:
   the update (a rate adapted by KL, a learned coefficient): a tensor in `state`, changed in place;
 - a piece of state: train()'s `state` (checkpointed, resumed); rollout data: a buffer in train(), then `batch`;
 - a rollout statistic: an entry of `charts` at the end of train()'s iteration (logged as charts/<name>).
-Gymnasium 1.x autoresets NEXT_STEP: the step after an episode ends is not a transition and has no weight in the update.
 Then trust it by running: python benchmarks/self_check.py my_ppo.py --against ppo_continuous.py
 """
 
@@ -299,13 +298,16 @@ class RewardScaler:
     """Continuous details 8 and 9: divide rewards by the running std of the discounted return (no mean
     subtracted), then clip. Each sub-env's discounted return restarts at every episode end, truncation included."""
 
-    def __init__(self, num_envs, gamma):
+    def __init__(self, num_envs, gamma, on):
+        self.on = on  # off: rewards pass unchanged
         self.return_rms = RunningMeanStd()
         self.discounted_return = np.zeros(num_envs, np.float64)
         self.gamma = gamma
 
     def scale(self, reward, real, done):
         """reward, real (the step is a transition, not an autoreset), done (the step ended an episode): [num_envs]."""
+        if not self.on:
+            return reward
         self.discounted_return = self.discounted_return * self.gamma + reward
         if real.any():
             self.return_rms.update(self.discounted_return[real])
@@ -332,6 +334,16 @@ def real_transitions(valid, **rollout):
     Rows with valid == 0 (NEXT_STEP autoreset steps, a departed agent's) are not transitions: no weight at all."""
     keep = valid.reshape(-1) > 0
     return {name: torch.from_numpy(x.reshape((-1,) + x.shape[2:])[keep]) for name, x in rollout.items()}
+
+
+def minibatches(agent, b_obs, replayed, args):
+    """Detail 6: one epoch's minibatches, a fresh shuffle each epoch, covering the batch; each as (its rows, their
+    features: an image's CNN runs once a minibatch). With memory (Capabilities) sequences in time, replayed in order."""
+    num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
+    if agent.memory is not None:
+        return sequence_minibatches(agent, *replayed, num_minibatches, args.sequence_length)
+    order = torch.randperm(len(b_obs), device=b_obs.device)
+    return ((mb, agent.encode(b_obs[mb])) for mb in order.tensor_split(num_minibatches))
 
 
 def ppo_loss(agent, hidden, mb, coefs, args):
@@ -394,7 +406,7 @@ def train(args, checkpoint=None):
     agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     obs_rms = RunningMeanStd(shape=space.shape if floats is None else (floats,))
-    reward_scaler = RewardScaler(num_envs, args.gamma)
+    reward_scaler = RewardScaler(num_envs, args.gamma, args.norm_reward)
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
     state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
 
@@ -435,16 +447,13 @@ def train(args, checkpoint=None):
                 next_done = np.logical_or(terminated, truncated).astype(np.float32)
                 next_reset = engine_resets(next_done, infos)  # (Capabilities) and rows after an agent left its game
                 next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
-                if args.norm_reward:
-                    reward = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
-                rewards[step] = reward
-                terminations[step] = terminated
-                dones[step] = next_done
-                run.log_episodes(infos, global_step)
+                rewards[step] = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
+                terminations[step] = terminated  # rows whose value does not bootstrap
+                dones[step] = next_done  # rows where GAE stops: a training episode ended, truncated or not
+                run.log_episodes(infos, global_step)  # the episodes a person counts: infos["_episode"]
 
-            # The critic is fixed during the rollout, so its values are computed in one batch afterwards:
-            # V(obs[t]) for every row; V(obs[t + 1]) bootstraps row t, V(next_obs) the last row. With memory, under
-            # the state that reached each row: a truncated episode's final observation under its episode's state.
+            # Values after the rollout, in one batch (the critic is fixed): V(obs[t + 1]) bootstraps row t, V(next_obs)
+            # the last; with memory, each under the state that reached it (a truncated episode's end: its episode's).
             rollout_obs, rollout_valid = torch.from_numpy(obs).to(device), torch.from_numpy(valid).to(device)
             values = torch.zeros(rows, device=device)
             with torch.no_grad():  # a few sub-envs at a time: a CNN then holds one group's activations, not the batch's
@@ -466,15 +475,8 @@ def train(args, checkpoint=None):
 
             # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of sequences in time).
             update_stats = []
-            num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
             for epoch in range(args.update_epochs):
-                if agent.memory is None:  # detail 6: a fresh shuffle each epoch; the minibatches cover the batch
-                    order = torch.randperm(len(b_obs), device=device)
-                    minibatches = ((mb, agent.encode(b_obs[mb])) for mb in order.tensor_split(num_minibatches))
-                else:  # (Capabilities) sequences in time, each replayed from its first state
-                    minibatches = sequence_minibatches(agent, rollout_obs, start_memory_state, rollout_valid,
-                                                       num_minibatches, args.sequence_length)
-                for mb, hidden in minibatches:  # hidden: the minibatch's features (an image's CNN runs once)
+                for mb, hidden in minibatches(agent, b_obs, (rollout_obs, start_memory_state, rollout_valid), args):
                     loss, stats = ppo_loss(agent, hidden, {name: x[mb] for name, x in batch.items()}, coefs, args)
                     if not torch.isfinite(loss):
                         raise FloatingPointError("loss")  # the run keeps its last complete iteration

@@ -313,6 +313,16 @@ def real_transitions(valid, **rollout):
     return {name: torch.from_numpy(x.reshape((-1,) + x.shape[2:])[keep]) for name, x in rollout.items()}
 
 
+def minibatches(agent, b_obs, replayed, args):
+    """Detail 6: one epoch's minibatches, a fresh shuffle each epoch, covering the batch; each as (its rows, their
+    features: an image's CNN runs once a minibatch). With memory (Capabilities) sequences in time, replayed in order."""
+    num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
+    if agent.memory is not None:
+        return sequence_minibatches(agent, *replayed, num_minibatches, args.sequence_length)
+    order = torch.randperm(len(b_obs), device=b_obs.device)
+    return ((mb, agent.encode(b_obs[mb])) for mb in order.tensor_split(num_minibatches))
+
+
 def ppo_loss(agent, hidden, mb, coefs, args):
     """The clipped PPO loss on one minibatch of real transitions (their features `hidden`; `mb`: the batch's rows),
     and its statistics. coefs: this iteration's coefficients (see train())."""
@@ -372,7 +382,7 @@ def train(args, checkpoint=None):
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     floats = space.floats if isinstance(space, Packed) else None  # a Dict's float entries, normalized without images
     obs_rms = RunningMeanStd(shape=space.shape if floats is None else (floats,))  # (Capabilities) --norm-obs
-    reward_scaler = RewardScaler(num_envs, args.gamma)  # (Capabilities) --norm-reward, on with memory
+    reward_scaler = RewardScaler(num_envs, args.gamma, args.norm_reward)  # (Capabilities) --norm-reward, on with memory
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
     state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
 
@@ -417,12 +427,10 @@ def train(args, checkpoint=None):
                 next_reset = engine_resets(next_done, infos)  # (Capabilities) all but Atari's lost lives
                 next_mask = action_mask(infos, sum(agent.parts), next_reset)
                 next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
-                if args.norm_reward:
-                    reward = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
-                rewards[step] = reward
-                terminations[step] = terminated
-                dones[step] = next_done
-                run.log_episodes(infos, global_step)
+                rewards[step] = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
+                terminations[step] = terminated  # rows whose value does not bootstrap (an Atari life lost too)
+                dones[step] = next_done  # rows where GAE stops: a training episode ended, truncated or not
+                run.log_episodes(infos, global_step)  # the episodes a person counts: infos["_episode"] (whole games)
 
             # Values after the rollout, in one batch (the critic is fixed): V(obs[t + 1]) bootstraps row t, V(next_obs)
             # the last; with memory, each under the state that reached it (a truncated episode's end: its episode's).
@@ -432,8 +440,7 @@ def train(args, checkpoint=None):
                 for ids in torch.arange(num_envs).tensor_split(min(args.num_minibatches, num_envs)):
                     hidden, _ = agent.remember(rollout_obs[:, ids], start_memory_state[ids], rollout_valid[:, ids])
                     values[:, ids] = agent.critic(hidden).view(args.num_steps, -1)
-                last_obs = torch.from_numpy(next_obs[None].astype(obs.dtype)).to(device)
-                hidden, _ = agent.remember(last_obs, memory_state)
+                hidden, _ = agent.remember(torch.from_numpy(next_obs[None].astype(obs.dtype)).to(device), memory_state)
                 next_value = agent.critic(hidden).view(1, -1)
             next_values, values = torch.cat([values[1:], next_value]).cpu().numpy(), values.cpu().numpy()
             advantages = compute_advantages(rewards, values, next_values, terminations, dones, args.gamma,
@@ -448,15 +455,8 @@ def train(args, checkpoint=None):
 
             # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of sequences in time).
             update_stats = []
-            num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
             for epoch in range(args.update_epochs):
-                if agent.memory is None:  # detail 6: a fresh shuffle each epoch; the minibatches cover the batch
-                    order = torch.randperm(len(b_obs), device=device)
-                    minibatches = ((mb, agent.encode(b_obs[mb])) for mb in order.tensor_split(num_minibatches))
-                else:  # (Capabilities) sequences in time, each replayed from its first state
-                    minibatches = sequence_minibatches(agent, rollout_obs, start_memory_state, rollout_valid,
-                                                       num_minibatches, args.sequence_length)
-                for mb, hidden in minibatches:  # hidden: the minibatch's features (an image's CNN runs once)
+                for mb, hidden in minibatches(agent, b_obs, (rollout_obs, start_memory_state, rollout_valid), args):
                     loss, stats = ppo_loss(agent, hidden, {name: x[mb] for name, x in batch.items()}, coefs, args)
                     if not torch.isfinite(loss):
                         raise FloatingPointError("loss")  # the run keeps its last complete iteration
@@ -847,13 +847,16 @@ class RewardScaler:
     """Continuous details 8 and 9, here for memory (--norm-reward): divide rewards by the running std of the discounted
     return (no mean subtracted), then clip. Each sub-env's discounted return restarts at every episode end."""
 
-    def __init__(self, num_envs, gamma):
+    def __init__(self, num_envs, gamma, on):
+        self.on = on  # off: rewards pass unchanged
         self.return_rms = RunningMeanStd()
         self.discounted_return = np.zeros(num_envs, np.float64)
         self.gamma = gamma
 
     def scale(self, reward, real, done):
         """reward, real (the step is a transition, not an autoreset), done (the step ended an episode): [num_envs]."""
+        if not self.on:
+            return reward
         self.discounted_return = self.discounted_return * self.gamma + reward
         if real.any():
             self.return_rms.update(self.discounted_return[real])

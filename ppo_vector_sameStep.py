@@ -12,9 +12,9 @@ nothing). Box actions, and categorical ones (Discrete, MultiDiscrete, MultiBinar
 Three parts, each opened by a banner line. The PPO core (Args, envs, Agent, normalization, GAE, loss, train(): the
 rollout, GAE and update as visible loops) is all that plain PPO on vectors runs through; "detail N" / "continuous
 detail N" name the details of "The 37 Implementation Details of PPO" (Huang et al., 2022). Capabilities: what the core
-calls only for images and Atari, Dict observations, multi-part actions and masks, memory, many agents (PettingZoo),
-the defaults tables. Run safety: checks, checkpoints, faults, progress, evaluation; nothing there changes what PPO
-computes (its banner: what it does with each change). Where a change goes:
+calls only for images and Atari, Dicts, multi-part actions and masks, memory, many agents, the defaults tables. Run
+safety: checks, checkpoints, faults, progress, evaluation, changing nothing PPO computes (its banner: how it takes each
+change). Where a change goes:
 - a setting: a field of Args (its checks: check_settings); a network: Agent (Agent.policy reads the actor);
 - a loss term: ppo_loss (the minibatch is a dict; each statistic it returns is logged as losses/<name>);
 - a schedule: an entry of coefficients() (logged as charts/<name>; ppo_loss reads coefs[name]); one changed during
@@ -203,13 +203,7 @@ def make_env(env_id, env_kwargs, idx, capture_video, video_folder, film_first=No
             env = gym.wrappers.FrameStackObservation(gym.wrappers.AtariPreprocessing(env, noop_max=30), frames)
         if not flat:  # check_env: the space that the env and its own wrappers give, before it is flattened
             return env
-        space = env.observation_space
-        vector = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
-        if isinstance(space, gym.spaces.Dict) and any(image_shape(entry) for entry in space.values()):
-            env = DictObservations(env)  # (Capabilities) an image beside other entries (MiniGrid's): one row of bytes
-        elif flattens(space) and not image_shape(space) and not vector:  # else check_env says what does not flatten
-            # in each sub-env, as gymnasium's vector FlattenObservation refuses SAME_STEP autoreset
-            env = gym.wrappers.FlattenObservation(env)  # Dict and Tuple: one vector, in key order; Discrete: one-hot
+        env = flattened(env)  # (Capabilities) Dicts, Tuples, Discrete: one vector (an image beside them: bytes)
         return gym.wrappers.RecordEpisodeStatistics(env)  # per sub-env; SAME_STEP: in infos["final_info"]["episode"]
 
     return thunk
@@ -344,13 +338,16 @@ class RewardScaler:
     """Continuous details 8 and 9: divide rewards by the running std of the discounted return (no mean
     subtracted), then clip. Each sub-env's discounted return restarts at every episode end, truncation included."""
 
-    def __init__(self, num_envs, gamma):
+    def __init__(self, num_envs, gamma, on):
+        self.on = on  # off: rewards pass unchanged
         self.return_rms = RunningMeanStd()
         self.discounted_return = np.zeros(num_envs, np.float64)
         self.gamma = gamma
 
     def scale(self, reward, real, done):
         """reward, real (a transition: not a departed agent's row), done (the step ended an episode): [num_envs]."""
+        if not self.on:
+            return reward
         self.discounted_return = self.discounted_return * self.gamma + reward
         if real.any():
             self.return_rms.update(self.discounted_return[real])
@@ -381,6 +378,16 @@ def final_observation_values(agent, final_obs, final_states, ended):
                                    final_states[torch.from_numpy(ended).to(final_states.device)])
         values[ended] = agent.critic(hidden).view(-1).cpu().numpy()
     return values
+
+
+def minibatches(agent, b_obs, replayed, args):
+    """Detail 6: one epoch's minibatches, a fresh shuffle each epoch, covering the batch; each as (its rows, their
+    features: an image's CNN runs once a minibatch). With memory (Capabilities) sequences in time, replayed in order."""
+    num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
+    if agent.memory is not None:
+        return sequence_minibatches(agent, *replayed, num_minibatches, args.sequence_length)
+    order = torch.randperm(len(b_obs), device=b_obs.device)
+    return ((mb, agent.encode(b_obs[mb])) for mb in order.tensor_split(num_minibatches))
 
 
 def ppo_loss(agent, hidden, mb, coefs, args):
@@ -442,7 +449,7 @@ def train(args, checkpoint=None):
     agent = Agent(envs, args).to(device)
     optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5, fused=True)  # detail 3: eps 1e-5
     obs_rms = RunningMeanStd(shape=space.shape if floats is None else (floats,))
-    reward_scaler = RewardScaler(num_envs, args.gamma)
+    reward_scaler = RewardScaler(num_envs, args.gamma, args.norm_reward)
     # Everything a checkpoint holds, named once: save and resume go through this dict. New state? Add it here.
     state = {"model": agent, "optimizer": optimizer, "obs_rms": obs_rms, "return_rms": reward_scaler.return_rms}
 
@@ -491,13 +498,11 @@ def train(args, checkpoint=None):
                     true_last_obs = next_obs.copy()
                     true_last_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
                     final_obs[step] = normalize_obs(true_last_obs, obs_rms, args, update=False, floats=floats)
-                    run.log_episodes(infos["final_info"], global_step)  # statistics of the episodes that ended
+                    run.log_episodes(infos["final_info"], global_step)  # the episodes a person counts
                 next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
-                if args.norm_reward:
-                    reward = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done)
-                rewards[step] = reward
-                terminations[step] = terminated
-                dones[step] = next_done
+                rewards[step] = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done)
+                terminations[step] = terminated  # rows whose value does not bootstrap (an Atari life lost too)
+                dones[step] = next_done  # rows where GAE stops: a training episode ended, truncated or not
                 # memory: a final observation is valued under the state that reached it; the next episode from zeros
                 resets[step] = engine_resets(next_done, infos)
                 final_states[step] = memory_state
@@ -528,15 +533,9 @@ def train(args, checkpoint=None):
 
             # Update: update_epochs passes over the batch in shuffled minibatches (with memory: of sequences in time).
             update_stats = []
-            num_minibatches = max(1, min(args.num_minibatches, len(b_obs) // 2))  # 2 rows at least, though rows dropped
+            replayed = (rollout_obs, start_memory_state, rollout_keep, valid)  # with memory, what minibatches() replays
             for epoch in range(args.update_epochs):
-                if agent.memory is None:  # detail 6: a fresh shuffle each epoch; the minibatches cover the batch
-                    order = torch.randperm(len(b_obs), device=device)
-                    minibatches = ((mb, agent.encode(b_obs[mb])) for mb in order.tensor_split(num_minibatches))
-                else:  # (Capabilities) sequences in time, each replayed from its first state
-                    minibatches = sequence_minibatches(agent, rollout_obs, start_memory_state, rollout_keep,
-                                                       torch.from_numpy(valid), num_minibatches, args.sequence_length)
-                for mb, hidden in minibatches:  # hidden: the minibatch's features (an image's CNN runs once)
+                for mb, hidden in minibatches(agent, b_obs, replayed, args):
                     loss, stats = ppo_loss(agent, hidden, {name: x[mb] for name, x in batch.items()}, coefs, args)
                     if not torch.isfinite(loss):
                         raise FloatingPointError("loss")  # the run keeps its last complete iteration
@@ -735,6 +734,19 @@ def flattens(space):
         return False
 
 
+def flattened(env):
+    """A sub-env's observations made one vector where they are not: a Dict holding an image as one row of bytes
+    (DictObservations); a Dict, Tuple or Discrete flattened, in each sub-env (gymnasium's vector FlattenObservation
+    refuses SAME_STEP autoreset). Vectors, images and spaces that do not flatten stay (check_env names the last)."""
+    space = env.observation_space
+    if isinstance(space, gym.spaces.Dict) and any(image_shape(entry) for entry in space.values()):
+        return DictObservations(env)
+    vector = isinstance(space, gym.spaces.Box) and len(space.shape) == 1
+    if flattens(space) and not image_shape(space) and not vector:
+        return gym.wrappers.FlattenObservation(env)  # Dict and Tuple: in key order; Discrete: one-hot
+    return env
+
+
 class Packed(gym.spaces.Box):
     """The space of DictObservations' rows, bytes: `floats` float32 values, then the uint8 images of `images`."""
 
@@ -865,7 +877,7 @@ def sequence_minibatches(agent, obs, state, keep, valid, num_minibatches, sequen
     def cut(x):  # [num_steps, num_envs, ...] as [length, sequences, ...]: sequence k * num_envs + n, sub-env n's k-th
         return x.unflatten(0, (-1, length)).transpose(0, 1).flatten(1, 2)
 
-    valid = valid.to(keep.device)
+    valid = torch.as_tensor(valid, device=keep.device)
     row = cut((valid > 0).flatten().cumsum(0).view_as(valid) - 1)  # each real row's place in the batch
     obs, keep, valid, starts = cut(obs), cut(keep), cut(valid), torch.cat(starts)
     order = torch.randperm(len(starts), device=keep.device)

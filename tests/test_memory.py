@@ -302,3 +302,28 @@ def test_atari_with_memory_sees_one_frame_and_reads_it_through_the_cnn_then_the_
     envs.close()
     model = ppo.load_checkpoint(ppo.train(args))["model"]
     assert model["memory.weight_ih_l0"].shape == (512, 512)  # the LSTM's four gates on the CNN's 512 features
+
+
+@pytest.mark.parametrize("recurrent", ["none", "gru"])
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_each_epochs_minibatches_cover_the_batch_once_in_a_fresh_order_with_or_without_memory(ppo, recurrent):
+    """minibatches(), train()'s one call for detail 6: each epoch its minibatches hold every row of the batch once,
+    with the features of that row (without memory: the row's observation; with it: the rollout replayed in order),
+    and the next epoch shuffles again."""
+    torch.manual_seed(0)
+    agent = make_agent(ppo, recurrent)
+    obs, start, valid = torch.randn(8, 2, 4), agent.initial_state(2), torch.ones(8, 2)
+    replayed = (obs, start, valid, valid.numpy()) if ppo is ppo_vector_sameStep else (obs, start, valid)
+    args = ppo.Args(num_minibatches=4, sequence_length=2, recurrent=recurrent)
+    b_obs = obs.flatten(0, 1)  # every row a transition: the batch in the rollout's order (step, then sub-env)
+    with torch.no_grad():
+        features, _ = agent.remember(obs, start, valid)
+        epochs = [list(ppo.minibatches(agent, b_obs, replayed, args)) for epoch in range(2)]
+    orders = []
+    for epoch in epochs:
+        rows = torch.cat([mb for mb, _ in epoch])
+        assert len(epoch) == 4 and sorted(rows.tolist()) == list(range(16))
+        for mb, hidden in epoch:
+            torch.testing.assert_close(hidden, features[mb], rtol=1e-5, atol=1e-6)
+        orders.append(rows.tolist())
+    assert orders[0] != orders[1]

@@ -114,7 +114,7 @@ def test_running_statistics_match_numpy_over_all_batches():
 def test_reward_scaler_restarts_the_discounted_return_at_every_episode_end(episode_end):
     """Sub-env 0's episode ends at step 2 (by termination or truncation: both count); sub-env 1 runs on."""
     gamma = 0.9
-    scaler = ppo.RewardScaler(num_envs=2, gamma=gamma)
+    scaler = ppo.RewardScaler(num_envs=2, gamma=gamma, on=True)
     rewards = [np.array([1.0, 1.0]), np.array([2.0, 2.0]), np.array([0.0, 3.0]), np.array([5.0, 4.0])]
     real = [np.array([True, True])] * 2 + [np.array([False, True])] + [np.array([True, True])]  # row 2 of env 0 is an autoreset
     done = [np.array([False, False]), np.array([True, False]), np.array([False, False]), np.array([False, False])]
