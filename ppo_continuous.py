@@ -289,8 +289,8 @@ def normalize_obs(obs, obs_rms, args, update, floats=None):
         return np.concatenate([vector.view(np.uint8), obs[:, 4 * floats:]], axis=1)
     if not args.norm_obs or obs.ndim > 2:
         return obs if obs.ndim > 2 else obs.astype(np.float32)  # a batch of images (any other is flat) stays uint8
-    if update:
-        obs_rms.update(obs)
+    if np.any(update):  # True: every row; an array: the rows to count (observed()); False: frozen
+        obs_rms.update(obs if update is True else obs[update])
     return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
 
 
@@ -418,9 +418,9 @@ def train(args, checkpoint=None):
 
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * num_envs * args.num_steps  # environment steps so far
-        # counted in the statistics, but not on a resume: they hold the observation the run stopped at
-        next_obs = normalize_obs(envs.reset(seed=seed)[0], obs_rms, args, update=not checkpoint, floats=floats)
-        next_reset = np.zeros(num_envs, dtype=np.float32)  # no sub-env reset before the first step
+        next_obs, infos = envs.reset(seed=seed)
+        next_obs = normalize_obs(next_obs, obs_rms, args, update=not checkpoint and observed(0, infos), floats=floats)
+        next_reset = engine_resets(np.zeros(num_envs, dtype=np.float32), infos)  # none, but an agent yet to join
         memory_state = agent.initial_state(num_envs)  # the memory's (--recurrent), carried from step to step
         for iteration in range(start_iteration, num_iterations + 1):
             coefs = coefficients(args, iteration, num_iterations)  # detail 4: the learning rate annealed linearly
@@ -446,7 +446,7 @@ def train(args, checkpoint=None):
                 next_obs, reward, terminated, truncated, infos = envs.step(np.clip(actions[step], low, high))
                 next_done = np.logical_or(terminated, truncated).astype(np.float32)
                 next_reset = engine_resets(next_done, infos)  # (Capabilities) and rows after an agent left its game
-                next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
+                next_obs = normalize_obs(next_obs, obs_rms, args, update=observed(next_done, infos), floats=floats)
                 rewards[step] = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
                 terminations[step] = terminated  # rows whose value does not bootstrap
                 dones[step] = next_done  # rows where GAE stops: a training episode ended, truncated or not
@@ -806,7 +806,11 @@ def parallel_games(env_id):
 def make_game(args, render=False):
     """One PettingZoo game, as --env-id and --env-kwargs name it, rendering frames if asked; what the scripts cannot
     take raises ValueError (said in one line when the env is checked)."""
-    if not hasattr(parallel_games(args.env_id), "parallel_env"):  # PettingZoo's AEC envs have env() only
+    module = parallel_games(args.env_id)
+    if not hasattr(module, "parallel_env"):  # PettingZoo's AEC envs have env() only
+        if hasattr(module, "env") and not getattr(module.env(), "metadata", {}).get("is_parallelizable"):
+            raise ValueError(f"{args.env_id} is a turn-based game (PettingZoo's AEC API: one agent acts at a time); "
+                             "these scripts train parallel games, where every agent acts at each step")
         raise ValueError(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() "
                          "returns pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
     kwargs = {"render_mode": "rgb_array"} if render else {}
@@ -826,11 +830,11 @@ def columns(args):
 
 class ManyAgents(gym.vector.VectorEnv):
     """`games` PettingZoo parallel games as one vector env of a column per agent of each, autoreset as gymnasium's
-    NEXT_STEP. An agent that has left (terminated or truncated before the others) keeps its column until its game
-    ends: info "left" marks those rows, which engine_resets makes rows without weight, as a reset row is. When no
-    agent is left, the next step starts the game again (a reset row for each of its columns). Each agent's episode goes
-    to the info as RecordEpisodeStatistics gives it ("episode"), the team's (the sum over a game's agents) as
-    "team_episode" at the game's first column. --agent-id puts a one-hot of the
+    NEXT_STEP. An agent not playing (it left, terminated or truncated before the others, or is yet to join) keeps its
+    column: info "left" marks those rows, which engine_resets makes rows without weight, as a reset row is; an agent
+    joins at its first observation. When no agent plays, the next step starts the game again (a reset row for each of
+    its columns). Each agent's episode goes to the info as RecordEpisodeStatistics gives it ("episode"), the team's
+    (the sum over a game's agents) as "team_episode" at the game's first column. --agent-id puts a one-hot of the
     agent's index beside its observation."""
 
     def __init__(self, args, games, video_folder=None, film_first=None):
@@ -842,6 +846,7 @@ class ManyAgents(gym.vector.VectorEnv):
             raise ValueError(f"its agents' spaces differ ({', '.join(sorted(map(str, spaces)))}); one policy needs one "
                              "observation and one action space (pad them to one in a wrapper)")
         space = game.observation_space(self.agents[0])
+        self.obs = [np.zeros(space.shape, space.dtype)] * (games * len(self.agents))  # until an agent first observes
         if args.capture_video and video_folder is not None:  # game 0 filmed as env 0 is, an episode a game
             self.games[0] = filmed(OneGame(game), video_folder, film_first)
         self.ids = np.eye(len(self.agents), dtype=np.float32) if args.agent_id else None
@@ -852,7 +857,6 @@ class ManyAgents(gym.vector.VectorEnv):
         self.observation_space = gym.vector.utils.batch_space(space, self.num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
-        self.obs = [None] * self.num_envs
         self.left = np.zeros(self.num_envs, dtype=bool)
         self.returns, self.lengths = np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=np.int64)
 
@@ -864,12 +868,16 @@ class ManyAgents(gym.vector.VectorEnv):
     def start(self, g, seed):
         observations, _ = self.games[g].reset(seed=seed)
         for i, agent in enumerate(self.agents):
-            self.observe(g * len(self.agents) + i, observations[agent])
-        self.left[g * len(self.agents): (g + 1) * len(self.agents)] = False
+            column = g * len(self.agents) + i
+            self.left[column] = True  # until its first observation: an agent yet to join waits
+            if agent in observations:
+                self.observe(column, observations[agent])
 
     def observe(self, column, observation):
+        """An agent's first observation (its episode starts) or its next one."""
         self.obs[column] = observation
-        self.returns[column], self.lengths[column] = 0.0, 0
+        if self.left[column]:
+            self.left[column], self.returns[column], self.lengths[column] = False, 0.0, 0
 
     def step(self, actions):
         n, infos = len(self.agents), {}
@@ -883,10 +891,11 @@ class ManyAgents(gym.vector.VectorEnv):
             acting = {agent: actions[c] for agent, c in zip(self.agents, playing) if not self.left[c]}
             observations, reward, terminations, truncations, _ = game.step(acting)
             for agent, c in zip(self.agents, playing):
+                if agent in observations:  # an agent that acted, or one that joins (its row waited)
+                    self.observe(c, observations[agent])
                 if agent not in acting:
                     continue
-                self.obs[c], rewards[c] = observations[agent], reward[agent]
-                terminated[c], truncated[c] = terminations[agent], truncations[agent]
+                rewards[c], terminated[c], truncated[c] = reward[agent], terminations[agent], truncations[agent]
                 self.returns[c], self.lengths[c] = self.returns[c] + reward[agent], self.lengths[c] + 1
                 if terminated[c] or truncated[c]:
                     self.add(infos, "episode", c, self.returns[c], self.lengths[c])
@@ -940,8 +949,14 @@ class OneGame(gym.Env):
 
 def engine_resets(done, infos):
     """Where the next row is not a transition: where an episode ended (the engine resets the sub-env); with many agents
-    also an agent's rows after it left, until its game ends (ManyAgents)."""
+    also the rows of an agent not playing (it left, or is yet to join)."""
     return np.maximum(done, infos["left"]) if "left" in infos else done
+
+
+def observed(done, infos):
+    """The rows of a step's observations that --norm-obs counts: all but those of an agent not playing, whose row
+    repeats its last observation or holds none (ManyAgents); its last one counts, as an episode's final one does."""
+    return (done > 0) | ~infos["left"] if "left" in infos else True
 
 
 # ==================== Run safety: nothing below changes what PPO computes ====================

@@ -395,8 +395,8 @@ def train(args, checkpoint=None):
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * num_envs * args.num_steps  # environment steps so far
         next_obs, infos = envs.reset(seed=seed)
-        next_obs = normalize_obs(next_obs, obs_rms, args, update=not checkpoint, floats=floats)  # not on a resume
-        next_reset = np.zeros(num_envs, dtype=np.float32)  # the engine reset no sub-env before the first step
+        next_obs = normalize_obs(next_obs, obs_rms, args, update=not checkpoint and observed(0, infos), floats=floats)
+        next_reset = engine_resets(np.zeros(num_envs, dtype=np.float32), infos)  # none, but an agent yet to join
         masked = args.action_mask and "action_mask" in infos  # (Capabilities) the env's invalid-action masks
         next_mask = action_mask(infos, sum(agent.parts), next_reset)
         memory_state = agent.initial_state(num_envs)  # the memory's (--recurrent), carried from step to step
@@ -426,7 +426,7 @@ def train(args, checkpoint=None):
                 next_done = np.logical_or(terminated, truncated).astype(np.float32)
                 next_reset = engine_resets(next_done, infos)  # (Capabilities) all but Atari's lost lives
                 next_mask = action_mask(infos, sum(agent.parts), next_reset)
-                next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
+                next_obs = normalize_obs(next_obs, obs_rms, args, update=observed(next_done, infos), floats=floats)
                 rewards[step] = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done > 0)
                 terminations[step] = terminated  # rows whose value does not bootstrap (an Atari life lost too)
                 dones[step] = next_done  # rows where GAE stops: a training episode ended, truncated or not
@@ -567,10 +567,16 @@ class AtariTraining(gym.vector.VectorWrapper):
 
 def engine_resets(done, infos):
     """Where the next row is not a transition: where the engine resets a sub-env, as an episode ended, except at Atari's
-    lost life (AtariTraining); with many agents also an agent's rows after it left, until its game ends (ManyAgents)."""
+    lost life (AtariTraining); with many agents also the rows of an agent not playing (it left, or is yet to join)."""
     if "left" in infos:
         return np.maximum(done, infos["left"])
     return done * (1.0 - infos["life_lost"]) if "life_lost" in infos else done
+
+
+def observed(done, infos):
+    """The rows of a step's observations that --norm-obs counts: all but those of an agent not playing, whose row
+    repeats its last observation or holds none (ManyAgents); its last one counts, as an episode's final one does."""
+    return (done > 0) | ~infos["left"] if "left" in infos else True
 
 
 class ActionMasks(gym.Wrapper):
@@ -838,8 +844,8 @@ def normalize_obs(obs, obs_rms, args, update, floats=None):
     if floats is not None:
         vector = normalize_obs(obs[:, : 4 * floats].view(np.float32), obs_rms, args, update)
         return np.concatenate([vector.view(np.uint8), obs[:, 4 * floats:]], axis=1)
-    if update:
-        obs_rms.update(obs)
+    if np.any(update):  # True: every row; an array: the rows to count (observed()); False: frozen
+        obs_rms.update(obs if update is True else obs[update])
     return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
 
 
@@ -917,7 +923,11 @@ def parallel_games(env_id):
 def make_game(args, render=False):
     """One PettingZoo game, as --env-id and --env-kwargs name it, rendering frames if asked; what the scripts cannot
     take raises ValueError (said in one line when the env is checked)."""
-    if not hasattr(parallel_games(args.env_id), "parallel_env"):  # PettingZoo's AEC envs have env() only
+    module = parallel_games(args.env_id)
+    if not hasattr(module, "parallel_env"):  # PettingZoo's AEC envs have env() only
+        if hasattr(module, "env") and not getattr(module.env(), "metadata", {}).get("is_parallelizable"):
+            raise ValueError(f"{args.env_id} is a turn-based game (PettingZoo's AEC API: one agent acts at a time); "
+                             "these scripts train parallel games, where every agent acts at each step")
         raise ValueError(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() "
                          "returns pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
     kwargs = {"render_mode": "rgb_array"} if render else {}
@@ -937,12 +947,13 @@ def columns(args):
 
 class ManyAgents(gym.vector.VectorEnv):
     """`games` PettingZoo parallel games as one vector env of a column per agent of each, autoreset as gymnasium's
-    NEXT_STEP. An agent that has left (terminated or truncated before the others) keeps its column until its game
-    ends: info "left" marks those rows, which engine_resets makes rows without weight, as a reset row is. When no
-    agent is left, the next step starts the game again (a reset row for each of its columns). Each agent's episode goes
-    to the info as RecordEpisodeStatistics gives it ("episode"), the team's (the sum over a game's agents) as
-    "team_episode" at the game's first column. A Dict observation's "action_mask" goes to the info (as Taxi-v4's);
-    --agent-id puts a one-hot of the agent's index beside its observation."""
+    NEXT_STEP. An agent not playing (it left, terminated or truncated before the others, or is yet to join) keeps its
+    column: info "left" marks those rows, which engine_resets makes rows without weight, as a reset row is; an agent
+    joins at its first observation. When no agent plays, the next step starts the game again (a reset row for each of
+    its columns). Each agent's episode goes to the info as RecordEpisodeStatistics gives it ("episode"), the team's
+    (the sum over a game's agents) as "team_episode" at the game's first column. Masks reach the info (as Taxi-v4's)
+    from a Dict observation's "action_mask" or the agent's info; --agent-id puts a one-hot of the agent's index beside
+    its observation."""
 
     mask_source = "each agent's 'action_mask' entry"
 
@@ -957,6 +968,7 @@ class ManyAgents(gym.vector.VectorEnv):
         space = game.observation_space(self.agents[0])
         self.masked = isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces
         space = space["observation"] if self.masked else space
+        self.obs = [np.zeros(space.shape, space.dtype)] * (games * len(self.agents))  # until an agent first observes
         if args.capture_video and video_folder is not None:  # game 0 filmed as env 0 is, an episode a game
             self.games[0] = filmed(OneGame(game), video_folder, film_first)
         self.ids = np.eye(len(self.agents), dtype=np.float32) if args.agent_id else None
@@ -967,7 +979,7 @@ class ManyAgents(gym.vector.VectorEnv):
         self.observation_space = gym.vector.utils.batch_space(space, self.num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
-        self.obs, self.masks = [None] * self.num_envs, [None] * self.num_envs
+        self.masks = [None] * self.num_envs
         self.left = np.zeros(self.num_envs, dtype=bool)
         self.returns, self.lengths = np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=np.int64)
 
@@ -977,15 +989,19 @@ class ManyAgents(gym.vector.VectorEnv):
         return self.observations(), self.infos({})
 
     def start(self, g, seed):
-        observations, _ = self.games[g].reset(seed=seed)
+        observations, infos = self.games[g].reset(seed=seed)
         for i, agent in enumerate(self.agents):
-            self.observe(g * len(self.agents) + i, observations[agent])
-        self.left[g * len(self.agents): (g + 1) * len(self.agents)] = False
+            column = g * len(self.agents) + i
+            self.left[column] = True  # until its first observation: an agent yet to join waits
+            if agent in observations:
+                self.observe(column, observations[agent], infos.get(agent, {}))
 
-    def observe(self, column, observation):
+    def observe(self, column, observation, info):
+        """An agent's first observation (its episode starts) or its next one, and its mask."""
         self.obs[column] = observation["observation"] if self.masked else observation
-        self.masks[column] = observation["action_mask"] if self.masked else None
-        self.returns[column], self.lengths[column] = 0.0, 0
+        self.masks[column] = observation["action_mask"] if self.masked else info.get("action_mask")
+        if self.left[column]:
+            self.left[column], self.returns[column], self.lengths[column] = False, 0.0, 0
 
     def step(self, actions):
         n, infos = len(self.agents), {}
@@ -997,14 +1013,13 @@ class ManyAgents(gym.vector.VectorEnv):
                 self.start(g, None)
                 continue
             acting = {agent: actions[c] for agent, c in zip(self.agents, playing) if not self.left[c]}
-            observations, reward, terminations, truncations, _ = game.step(acting)
+            observations, reward, terminations, truncations, info = game.step(acting)
             for agent, c in zip(self.agents, playing):
+                if agent in observations:  # an agent that acted, or one that joins (its row waited)
+                    self.observe(c, observations[agent], info.get(agent, {}))
                 if agent not in acting:
                     continue
-                self.obs[c], rewards[c] = observations[agent], reward[agent]
-                if self.masked:
-                    self.obs[c], self.masks[c] = observations[agent]["observation"], observations[agent]["action_mask"]
-                terminated[c], truncated[c] = terminations[agent], truncations[agent]
+                rewards[c], terminated[c], truncated[c] = reward[agent], terminations[agent], truncations[agent]
                 self.returns[c], self.lengths[c] = self.returns[c] + reward[agent], self.lengths[c] + 1
                 if terminated[c] or truncated[c]:
                     self.add(infos, "episode", c, self.returns[c], self.lengths[c])
@@ -1028,9 +1043,10 @@ class ManyAgents(gym.vector.VectorEnv):
 
     def infos(self, infos):
         infos["left"] = self.left.copy()
-        if self.masked:
-            infos["action_mask"] = np.stack([np.ones_like(self.masks[0]) if mask is None or self.left[c] else mask
-                                             for c, mask in enumerate(self.masks)])  # one that left: all valid
+        given = [mask for mask in self.masks if mask is not None]
+        if given:
+            infos["action_mask"] = np.stack([np.ones_like(given[0]) if mask is None or self.left[c] else mask
+                                             for c, mask in enumerate(self.masks)])  # one not playing: all valid
             infos["_action_mask"] = np.ones(self.num_envs, dtype=bool)
         return infos
 

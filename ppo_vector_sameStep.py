@@ -329,8 +329,8 @@ def normalize_obs(obs, obs_rms, args, update, floats=None):
         return np.concatenate([vector.view(np.uint8), obs[:, 4 * floats:]], axis=1)
     if not args.norm_obs or obs.ndim > 2:
         return obs if obs.ndim > 2 else obs.astype(np.float32)  # a batch of images (any other is flat) stays uint8
-    if update:
-        obs_rms.update(obs)
+    if np.any(update):  # True: every row; an array: the rows to count (observed()); False: frozen
+        obs_rms.update(obs if update is True else obs[update])
     return np.clip((obs - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -10.0, 10.0).astype(np.float32)
 
 
@@ -466,7 +466,7 @@ def train(args, checkpoint=None):
     with run.guard(envs, state):  # any fault: the last complete iteration is kept, one line says what happened
         global_step = (start_iteration - 1) * num_envs * args.num_steps  # environment steps so far
         next_obs, infos = envs.reset(seed=args.seed + start_iteration - 1)  # a resumed run: fresh episodes
-        next_obs = normalize_obs(next_obs, obs_rms, args, update=not checkpoint, floats=floats)  # not on a resume
+        next_obs = normalize_obs(next_obs, obs_rms, args, update=not checkpoint and observed(0, infos), floats=floats)
         masked = args.action_mask and agent.discrete and "action_mask" in infos  # (Capabilities) invalid-action masks
         next_mask = action_mask(infos, num_envs, sum(agent.parts))
         memory_state = agent.initial_state(num_envs)  # the memory's (--recurrent), carried from step to step
@@ -499,7 +499,7 @@ def train(args, checkpoint=None):
                     true_last_obs[infos["_final_obs"]] = np.stack(infos["final_obs"][infos["_final_obs"]])
                     final_obs[step] = normalize_obs(true_last_obs, obs_rms, args, update=False, floats=floats)
                     run.log_episodes(infos["final_info"], global_step)  # the episodes a person counts
-                next_obs = normalize_obs(next_obs, obs_rms, args, update=True, floats=floats)
+                next_obs = normalize_obs(next_obs, obs_rms, args, update=observed(next_done, infos), floats=floats)
                 rewards[step] = reward_scaler.scale(reward, real=valid[step] > 0, done=next_done)
                 terminations[step] = terminated  # rows whose value does not bootstrap (an Atari life lost too)
                 dones[step] = next_done  # rows where GAE stops: a training episode ended, truncated or not
@@ -944,7 +944,11 @@ def parallel_games(env_id):
 def make_game(args, render=False):
     """One PettingZoo game, as --env-id and --env-kwargs name it, rendering frames if asked; what the scripts cannot
     take raises ValueError (said in one line when the env is checked)."""
-    if not hasattr(parallel_games(args.env_id), "parallel_env"):  # PettingZoo's AEC envs have env() only
+    module = parallel_games(args.env_id)
+    if not hasattr(module, "parallel_env"):  # PettingZoo's AEC envs have env() only
+        if hasattr(module, "env") and not getattr(module.env(), "metadata", {}).get("is_parallelizable"):
+            raise ValueError(f"{args.env_id} is a turn-based game (PettingZoo's AEC API: one agent acts at a time); "
+                             "these scripts train parallel games, where every agent acts at each step")
         raise ValueError(f"{args.env_id} has no parallel_env(): for an AEC env, write a module whose parallel_env() "
                          "returns pettingzoo.utils.conversions.aec_to_parallel(env()), and name it")
     kwargs = {"render_mode": "rgb_array"} if render else {}
@@ -964,13 +968,14 @@ def columns(args):
 
 class ManyAgents(gym.vector.VectorEnv):
     """`games` PettingZoo parallel games as one vector env of a column per agent of each, autoreset as gymnasium's
-    SAME_STEP, all in this process. An agent that has left (terminated or truncated before the others; its last
-    observation in info "final_obs") keeps its column until its game ends, in rows that are not transitions (info
-    "waiting", real_rows: no weight). When no agent is left the game starts again in the same step. Each agent's
-    episode goes to info "final_info" as RecordEpisodeStatistics gives it ("episode"), the team's (the sum over a
-    game's agents) as "team_episode" at the game's first column. A Dict observation's "action_mask" goes to the info
-    (as Taxi-v4's); --agent-id puts a one-hot of the agent's index before the observation (flattened: the Dict
-    flattening of the other scripts, in key order)."""
+    SAME_STEP, all in this process. An agent not playing (it left, terminated or truncated before the others, its last
+    observation in info "final_obs"; or it is yet to join) keeps its column, in rows that are not transitions (info
+    "waiting" before a step, "left" after it; real_rows: no weight); an agent joins at its first observation. When no
+    agent plays, the game starts again in the same step. Each agent's episode goes to info "final_info" as
+    RecordEpisodeStatistics gives it ("episode"), the team's (the sum over a game's agents) as "team_episode" at the
+    game's first column. Masks reach the info (as Taxi-v4's) from a Dict observation's "action_mask" or the agent's
+    info; --agent-id puts a one-hot of the agent's index before the observation (flattened: the Dict flattening of the
+    other scripts, in key order)."""
 
     mask_source = "each agent's 'action_mask' entry"
 
@@ -1005,17 +1010,21 @@ class ManyAgents(gym.vector.VectorEnv):
         return self.obs.copy(), self.infos({})
 
     def start(self, g, seed):
-        observations, _ = self.games[g].reset(seed=seed)
+        observations, infos = self.games[g].reset(seed=seed)
         for i, agent in enumerate(self.agents):
-            self.observe(g * len(self.agents) + i, observations[agent])
-            self.returns[g * len(self.agents) + i], self.lengths[g * len(self.agents) + i] = 0.0, 0
-        self.left[g * len(self.agents): (g + 1) * len(self.agents)] = False
+            column = g * len(self.agents) + i
+            self.left[column] = True  # until its first observation: an agent yet to join waits
+            if agent in observations:
+                self.observe(column, observations[agent], infos.get(agent, {}))
 
-    def observe(self, column, observation):
-        self.masks[column] = observation["action_mask"] if self.masked else None
+    def observe(self, column, observation, info):
+        """An agent's first observation (its episode starts) or its next one, and its mask."""
+        self.masks[column] = observation["action_mask"] if self.masked else info.get("action_mask")
         observation = observation["observation"] if self.masked else observation
         agent_id = self.ids[column % len(self.agents)]
         self.obs[column] = np.concatenate([agent_id, gym.spaces.flatten(self.space, observation)])
+        if self.left[column]:
+            self.left[column], self.returns[column], self.lengths[column] = False, 0.0, 0
 
     def step(self, actions):
         n, infos, final_info = len(self.agents), {"waiting": self.left.copy()}, {}
@@ -1025,11 +1034,12 @@ class ManyAgents(gym.vector.VectorEnv):
         for g, game in enumerate(self.games):
             playing = range(g * n, (g + 1) * n)
             acting = {agent: actions[c] for agent, c in zip(self.agents, playing) if not self.left[c]}
-            observations, reward, terminations, truncations, _ = game.step(acting)
+            observations, reward, terminations, truncations, info = game.step(acting)
             for agent, c in zip(self.agents, playing):
+                if agent in observations:  # an agent that acted, or one that joins (its row waited)
+                    self.observe(c, observations[agent], info.get(agent, {}))
                 if agent not in acting:
                     continue
-                self.observe(c, observations[agent])
                 rewards[c], terminated[c], truncated[c] = reward[agent], terminations[agent], truncations[agent]
                 self.returns[c], self.lengths[c] = self.returns[c] + reward[agent], self.lengths[c] + 1
                 if terminated[c] or truncated[c]:
@@ -1049,9 +1059,11 @@ class ManyAgents(gym.vector.VectorEnv):
         infos[key]["r"][column], infos[key]["l"][column], infos["_" + key][column] = episode_return, length, True
 
     def infos(self, infos):
-        if self.masked:
-            infos["action_mask"] = np.stack([np.ones_like(self.masks[0]) if mask is None or self.left[c] else mask
-                                             for c, mask in enumerate(self.masks)])  # one that left: all valid
+        infos["left"] = self.left.copy()
+        given = [mask for mask in self.masks if mask is not None]
+        if given:
+            infos["action_mask"] = np.stack([np.ones_like(given[0]) if mask is None or self.left[c] else mask
+                                             for c, mask in enumerate(self.masks)])  # one not playing: all valid
             infos["_action_mask"] = np.ones(self.num_envs, dtype=bool)
         return infos
 
@@ -1082,8 +1094,15 @@ class OneGame(gym.Env):
 
 
 def real_rows(infos, num_envs):
-    """1 for each row of the step that is a transition: all, but with many agents where one that left waits."""
+    """1 for each row of the step that is a transition: all, but with many agents where one not playing waits."""
     return 1.0 - infos["waiting"] if "waiting" in infos else np.ones(num_envs, dtype=np.float32)
+
+
+def observed(done, infos):
+    """The rows of a step's observations that --norm-obs counts: all but those of an agent not playing, whose row
+    repeats its last observation or holds none (ManyAgents); its last one does not count, as an episode's final one
+    (infos["final_obs"]) does not."""
+    return ~infos["left"] if "left" in infos else True
 
 
 # ==================== Run safety: nothing below changes what PPO computes ====================

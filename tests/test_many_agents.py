@@ -75,6 +75,43 @@ class Twins(Relay):
                 {a: True for a in actions}, {a: False for a in actions}, {a: {} for a in actions})
 
 
+class Late(Relay):
+    """runner_1 joins at step `short` (its first observation then, paid nothing), both run to the time limit `long`."""
+
+    def reset(self, seed=None, options=None):
+        self.t, self.agents = 0, ["runner_0"]
+        return {"runner_0": np.zeros(1, np.float32)}, {"runner_0": {}}
+
+    def step(self, actions):
+        assert sorted(actions) == sorted(self.agents), "an agent not playing was asked to act"
+        self.t += 1
+        self.agents = ["runner_0", "runner_1"] if self.t >= self.short else ["runner_0"]
+        ends = {a: self.t == self.long for a in self.agents}
+        result = ({a: np.full(1, self.t, np.float32) for a in self.agents},
+                  {a: float(self.possible_agents.index(a) + 1) * (a in actions) for a in self.agents}, ends,
+                  dict(ends), {a: {} for a in self.agents})
+        self.agents = [] if self.t == self.long else self.agents
+        return result
+
+
+class Picky(Relay):
+    """Discrete(3) actions, action 1 never valid: each agent's info holds its mask, and the game raises on action 1."""
+
+    def action_space(self, agent):
+        return gym.spaces.Discrete(3)
+
+    def reset(self, seed=None, options=None):
+        obs, infos = super().reset(seed)
+        return obs, {a: {"action_mask": np.array([1, 0, 1], np.int8)} for a in infos}
+
+    def step(self, actions):
+        if any(action == 1 for action in actions.values()):
+            raise ValueError("a masked action")
+        obs, rewards, terminations, truncations, infos = super().step(actions)
+        return obs, rewards, terminations, truncations, {a: {"action_mask": np.array([1, 0, 1], np.int8)} for a in
+                                                          infos}
+
+
 class Mixed(Relay):
     def action_space(self, agent):
         return gym.spaces.Box(-1, 1, (1 if agent == "runner_0" else 2,)) if self.box else gym.spaces.Discrete(
@@ -85,9 +122,12 @@ class Mixed(Relay):
 @pytest.fixture
 def games(tmp_path, monkeypatch):
     """Modules relay, twins, mixed (parallel_env() each) and aec_only (env() only) on the path; runs land in tmp."""
-    for name, kind in (("relay", "Relay"), ("twins", "Twins"), ("mixed", "Mixed")):
+    for name, kind in (("relay", "Relay"), ("twins", "Twins"), ("mixed", "Mixed"), ("late", "Late"),
+                       ("picky", "Picky")):
         (tmp_path / f"{name}.py").write_text(f"{GAMES}\n\ndef parallel_env(**kwargs):\n    return {kind}(**kwargs)\n")
-    (tmp_path / "aec_only.py").write_text("def env():\n    return None\n")
+    (tmp_path / "aec_only.py").write_text("class Game:\n    metadata = {'is_parallelizable': True}\n\n\n"
+                                          "def env():\n    return Game()\n")
+    (tmp_path / "turns.py").write_text("def env():\n    return None\n")  # like PettingZoo's classic games
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.chdir(tmp_path)
     return tmp_path
@@ -192,11 +232,56 @@ def test_capture_video_films_the_first_game_in_training_and_every_evaluated_game
 @pytest.mark.parametrize("env_id, said", [
     ("aec_only", "aec_only has no parallel_env(): for an AEC env, write a module whose parallel_env() returns"),
     ("mixed", "its agents' spaces differ"),
+    ("turns", "turns is a turn-based game (PettingZoo's AEC API: one agent acts at a time); these scripts train"),
 ])
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
 def test_a_game_the_script_cannot_take_gets_one_line(ppo, games, env_id, said, monkeypatch):
     message = run_main(ppo, ["--env-id", env_id, "--env-kwargs", kwargs(ppo)], monkeypatch)
     assert said in message and "\n" not in message
+
+
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_the_statistics_count_observations_not_the_rows_of_an_agent_not_playing(ppo, games, monkeypatch):
+    """--norm-obs from one relay game (runner_1 leaves at step 2, runner_0 at 5): its two columns' observations counted
+    by hand, 2 iterations of 10 steps. NEXT_STEP: a last observation counts, then the restart's; SAME_STEP: the
+    reset's replaces the last. Counted before the mend: every row, 42."""
+    flags = ["--env-id", "relay", "--env-kwargs", kwargs(ppo), "--num-envs", "1", "--num-steps", "10",
+             "--num-minibatches", "2", "--total-timesteps", "40", "--norm-obs"]
+    assert run_main(ppo, flags, monkeypatch) == 0
+    statistics = ppo.load_checkpoint(glob.glob("runs/*/checkpoint.pt")[0])["obs_rms"]
+    if ppo is ppo_vector_sameStep:  # 4 games of 5 steps: runner_0 sees 1 2 3 4 0, runner_1 1 (then waits) 0
+        runner_0, runner_1 = [0] + [1, 2, 3, 4, 0] * 4, [0] + [1, 0] * 4
+    else:  # steps 1-6 (6: the restart), twice, and 8 of the next: runner_1 waits at 3, 4, 5
+        runner_0, runner_1 = [0] + [1, 2, 3, 4, 5, 0] * 3 + [1, 2], [0] + [1, 2, 0] * 3 + [1, 2]
+    counted = runner_0 + runner_1
+    assert statistics["count"] == pytest.approx(len(counted) + 1e-4)
+    assert statistics["mean"][2].item() == pytest.approx(np.mean(counted), rel=1e-5)  # after the agent id (2)
+
+
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_an_agent_that_joins_late_plays_from_its_first_observation(ppo, games):
+    """runner_1 joins at step 2 of 5: its rows before weigh nothing and it is never asked to act before it joins."""
+    envs = ppo.make_envs(ppo.Args(env_id="late", env_kwargs=kwargs(ppo)), 1, None, 1)
+    obs, infos = envs.reset(seed=1)
+    next_reset = ppo.engine_resets(np.zeros(2, dtype=np.float32), infos)
+    valid = []
+    for _ in range(7):
+        valid.append(1 - next_reset)
+        obs, reward, terminated, truncated, infos = envs.step(envs.action_space.sample() * 0)
+        next_reset = ppo.engine_resets(np.logical_or(terminated, truncated).astype(np.float32), infos)
+        if ppo is ppo_vector_sameStep:
+            valid[-1] = ppo.real_rows(infos, 2)
+        assert ((reward > 0) == (valid[-1] > 0)).all(), "a real step pays, a row without weight does not"
+    assert np.array(valid)[:, 1].tolist() == [0, 0, 1, 1, 1, 0, 0]  # joins with its observation at step 2
+    assert np.array(valid)[:, 0].tolist() == ([1] * 7 if ppo is ppo_vector_sameStep else [1, 1, 1, 1, 1, 0, 1])
+    envs.close()
+
+
+@pytest.mark.parametrize("ppo", [ppo_discrete, ppo_vector_sameStep], ids=lambda module: module.__name__)
+def test_masks_a_game_gives_in_its_agents_infos_hold(ppo, games, monkeypatch):
+    flags = ["--env-id", "picky", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
+             "--total-timesteps", "128"]
+    assert run_main(ppo, flags, monkeypatch) == 0  # the game raises on a masked action
 
 
 @pytest.mark.skipif(not importlib.util.find_spec("mpe2"), reason="needs mpe2 (pip install mpe2==1.1.1)")
