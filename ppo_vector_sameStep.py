@@ -105,7 +105,8 @@ class Args:
     env_timeout: float = 60.0
     """stop the run when a sub-env has not answered a reset or a step within this many seconds"""
     total_timesteps: int = 1000000
-    """total environment steps of the run (raise it with --resume to extend a run)"""
+    """total environment steps of the run, as rows of the rollout: with many agents a row per agent and step, rows
+    of an agent not playing included (raise it with --resume to extend a run)"""
     learning_rate: float = 3e-4
     """the learning rate of the optimizer"""
     num_envs: int = 8
