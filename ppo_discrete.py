@@ -99,8 +99,7 @@ class Args:
     env_threads: int = 0
     """EnvPool's threads (0: one per core this process may use, at most one per sub-env)"""
     total_timesteps: int = 500000
-    """total environment steps of the run, as rows of the rollout: with many agents a row per agent and step, rows
-    of an agent not playing included (raise it with --resume to extend a run)"""
+    """environment steps of the run, as rollout rows (many agents: one per agent and step); raise it on --resume"""
     learning_rate: float = 1.88e-3
     """the learning rate of the optimizer"""
     num_envs: int = 8

@@ -105,8 +105,7 @@ class Args:
     env_timeout: float = 60.0
     """stop the run when a sub-env has not answered a reset or a step within this many seconds"""
     total_timesteps: int = 1000000
-    """total environment steps of the run, as rows of the rollout: with many agents a row per agent and step, rows
-    of an agent not playing included (raise it with --resume to extend a run)"""
+    """environment steps of the run, as rollout rows (many agents: one per agent and step); raise it on --resume"""
     learning_rate: float = 3e-4
     """the learning rate of the optimizer"""
     num_envs: int = 8
