@@ -257,7 +257,7 @@ class Agent(nn.Module):
             return hidden, state
         return replay(self.memory, hidden.view(*x.shape[:2], -1), state, keep)  # (Capabilities)
 
-    def policy(self, hidden, action=None, deterministic=False):
+    def policy(self, hidden, action=None, deterministic=False, dims=1.0):
         """The policy at the actor's features (rollout, loss and evaluation): an action (sampled unless given, or the
         mean), its log-probability, the entropy. Another head, a state-dependent std: a change here and in __init__."""
         mean = self.actor(hidden)  # continuous detail 1: a normal distribution N(mean(x), std) per action dimension
@@ -266,8 +266,10 @@ class Agent(nn.Module):
         if action is None:
             action = mean if deterministic else mean + std * torch.randn_like(mean)
         # continuous detail 3: independent dimensions, so log-probabilities and entropies are summed over dimensions
-        logprob = (-0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        return action, logprob, (log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(-1)
+        # (dims: 1 for a dimension the row's agent has, 0 for padding, where many agents' actions differ in size)
+        log_density = -0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
+        entropy = log_std + 0.5 * (1.0 + math.log(2 * math.pi))
+        return action, (log_density * dims).sum(-1), (entropy * dims).sum(-1)
 
 
 class RunningMeanStd(gym.wrappers.utils.RunningMeanStd):
@@ -349,7 +351,7 @@ def minibatches(agent, b_obs, replayed, args):
 def ppo_loss(agent, hidden, mb, coefs, args):
     """The clipped PPO loss on one minibatch of real transitions (their features `hidden`; `mb`: the batch's rows),
     and its statistics. coefs: this iteration's coefficients (see train())."""
-    _, new_logprob, entropy = agent.policy(hidden, mb["actions"])
+    _, new_logprob, entropy = agent.policy(hidden, mb["actions"], dims=mb["dims"])
     new_value = agent.critic(hidden).view(-1)
     logratio = new_logprob - mb["logprobs"]
     ratio = logratio.exp()
@@ -421,6 +423,7 @@ def train(args, checkpoint=None):
         next_obs, infos = envs.reset(seed=seed)
         next_obs = normalize_obs(next_obs, obs_rms, args, update=not checkpoint and observed(0, infos), floats=floats)
         next_reset = engine_resets(np.zeros(num_envs, dtype=np.float32), infos)  # none, but an agent yet to join
+        dims = action_dims(infos, actions.shape)  # (Capabilities) 1 where a row's agent has the action dimension
         memory_state = agent.initial_state(num_envs)  # the memory's (--recurrent), carried from step to step
         for iteration in range(start_iteration, num_iterations + 1):
             coefs = coefficients(args, iteration, num_iterations)  # detail 4: the learning rate annealed linearly
@@ -438,7 +441,7 @@ def train(args, checkpoint=None):
                     # the state is zeroed after an autoreset row, which read the final observation of an episode
                     hidden, memory_state = agent.remember(torch.from_numpy(obs[step, None]).to(device), memory_state,
                                                           torch.from_numpy(valid[step, None]).to(device))
-                    action, logprob, _ = agent.policy(hidden)
+                    action, logprob, _ = agent.policy(hidden, dims=torch.from_numpy(dims[step]).to(device))
                 actions[step] = action.cpu().numpy()
                 logprobs[step] = logprob.cpu().numpy()
 
@@ -469,7 +472,7 @@ def train(args, checkpoint=None):
 
             # Flatten the rollout into one batch, keeping the real transitions only (autoreset rows dropped).
             batch = real_transitions(valid, obs=obs, actions=actions, logprobs=logprobs, advantages=advantages,
-                                     returns=returns, values=values)
+                                     returns=returns, values=values, dims=dims)
             batch = {name: x.to(device) for name, x in batch.items()}
             b_obs = batch.pop("obs")  # the rest is what the loss reads
 
@@ -817,6 +820,31 @@ def make_game(args, render=False):
     return parallel_games(args.env_id).parallel_env(**kwargs, **json.loads(args.env_kwargs))
 
 
+def one_space(spaces):
+    """One space for a game's agents: theirs, or where they differ (roles: speaker and listener), as Terry et al. (2020)
+    share one network across them: 1-D Boxes padded with zeros to the largest (of an action, only the agent's own
+    dimensions count: action_dims). Other differences raise ValueError."""
+    if len({str(space) for space in spaces}) == 1:
+        return spaces[0]
+    if all(isinstance(space, gym.spaces.Box) and len(space.shape) == 1 for space in spaces):
+        size = max(space.shape[0] for space in spaces)
+        low, high = (np.stack([pad(getattr(space, end), size) for space in spaces]) for end in ("low", "high"))
+        return gym.spaces.Box(low.min(0), high.max(0), (size,), np.result_type(*[space.dtype for space in spaces]))
+    raise ValueError(f"its agents' spaces differ ({', '.join(sorted({str(space) for space in spaces}))}); one policy "
+                     "pads 1-D Boxes, no others")
+
+
+def pad(x, size):
+    """x followed by zeros, to `size` entries."""
+    return np.concatenate([x, np.zeros(size - len(x), x.dtype)])
+
+
+def action_dims(infos, shape):
+    """Of each row's action dimensions, 1.0 for those its agent has and 0.0 for padding (ManyAgents, where agents'
+    actions differ in size: info "action_dims"); all 1.0 for any other env. `shape`: the buffer's."""
+    return np.broadcast_to(infos.get("action_dims", True), shape).astype(np.float32)
+
+
 def columns(args):
     """The rollout's columns: one per sub-env, or with PettingZoo's games one per agent of each (the game made once)."""
     module = parallel_games(args.env_id)
@@ -841,11 +869,15 @@ class ManyAgents(gym.vector.VectorEnv):
         self.games = [make_game(args, render=args.capture_video and g == 0) for g in range(games)]
         game = self.games[0]
         self.agents = list(game.possible_agents)
-        spaces = {(str(game.observation_space(agent)), str(game.action_space(agent))) for agent in self.agents}
-        if len(spaces) > 1:
-            raise ValueError(f"its agents' spaces differ ({', '.join(sorted(map(str, spaces)))}); one policy needs one "
-                             "observation and one action space (pad them to one in a wrapper)")
-        space = game.observation_space(self.agents[0])
+        spaces = [game.observation_space(agent) for agent in self.agents]
+        space = one_space(spaces)
+        self.padded = space.shape[0] if len({str(s) for s in spaces}) > 1 else None  # observations of sizes that differ
+        actions = [game.action_space(agent) for agent in self.agents]
+        self.single_action_space = one_space(actions)
+        padded = len({str(action) for action in actions}) > 1  # Box actions whose sizes differ
+        self.sizes = [action.shape[0] if padded else None for action in actions]  # the first dimensions of the padded
+        roles = [agent.rsplit("_", 1)[0] for agent in self.agents]  # a role: the name up to its last "_"
+        self.roles = np.array(roles * games) if len(set(roles)) > 1 else None  # infos["role"]: a curve per role
         self.obs = [np.zeros(space.shape, space.dtype)] * (games * len(self.agents))  # until an agent first observes
         if args.capture_video and video_folder is not None:  # game 0 filmed as env 0 is, an episode a game
             self.games[0] = filmed(OneGame(game), video_folder, film_first)
@@ -853,7 +885,8 @@ class ManyAgents(gym.vector.VectorEnv):
         if args.agent_id:
             space = gym.spaces.Dict({"observation": space, "agent_id": gym.spaces.Box(0, 1, self.ids[0].shape)})
         self.num_envs, self.single_observation_space = games * len(self.agents), space
-        self.single_action_space = game.action_space(self.agents[0])
+        self.dims = np.stack([np.arange(self.single_action_space.shape[0]) < size for size in self.sizes] * games
+                             ) if padded else None
         self.observation_space = gym.vector.utils.batch_space(space, self.num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.NEXT_STEP}
@@ -875,7 +908,7 @@ class ManyAgents(gym.vector.VectorEnv):
 
     def observe(self, column, observation):
         """An agent's first observation (its episode starts) or its next one."""
-        self.obs[column] = observation
+        self.obs[column] = observation if self.padded is None else pad(observation, self.padded)
         if self.left[column]:
             self.left[column], self.returns[column], self.lengths[column] = False, 0.0, 0
 
@@ -888,7 +921,8 @@ class ManyAgents(gym.vector.VectorEnv):
             if self.left[playing].all():  # the game ended at the last step: this one starts it again
                 self.start(g, None)
                 continue
-            acting = {agent: actions[c] for agent, c in zip(self.agents, playing) if not self.left[c]}
+            acting = {agent: actions[c][:size] for agent, c, size in zip(self.agents, playing, self.sizes)
+                      if not self.left[c]}  # of a padded action, the agent's own dimensions
             observations, reward, terminations, truncations, _ = game.step(acting)
             for agent, c in zip(self.agents, playing):
                 if agent in observations:  # an agent that acted, or one that joins (its row waited)
@@ -919,6 +953,10 @@ class ManyAgents(gym.vector.VectorEnv):
 
     def infos(self, infos):
         infos["left"] = self.left.copy()
+        if self.dims is not None:
+            infos["action_dims"] = self.dims  # each column's: its agent's dimensions of the padded actions
+        if self.roles is not None:
+            infos["role"] = self.roles
         return infos
 
     def close(self, **kwargs):
@@ -1264,6 +1302,7 @@ class Run:
                 fail(f"{self.checkpoint_path} is at step {newer}, not at the step {self.global_step} of {args.resume}: "
                      f"resume {self.checkpoint_path}, or give {args.resume} a folder of its own")
         self.last_complete, self.recent_returns, self.stop_signal, self.last_print = None, deque(maxlen=20), [], 0.0
+        self.role_returns = {}  # a game of roles: each role's last 20 returns
         self.training = False  # until guard(): a stop ends the start (on_signal)
         self.handlers = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}  # guard() restores them
 
@@ -1349,7 +1388,12 @@ class Run:
             for i in np.flatnonzero(infos["_" + key]) if key in infos else []:
                 self.writer.add_scalar(f"{chart}_return", infos[key]["r"][i], global_step)
                 self.writer.add_scalar(f"{chart}_length", infos[key]["l"][i], global_step)
-        self.recent_returns.extend(infos["episode"]["r"][infos["_episode"]].tolist() if "episode" in infos else [])
+        for i in np.flatnonzero(infos["_episode"]) if "episode" in infos else []:
+            self.recent_returns.append(infos["episode"]["r"][i])
+            if "role" in infos:  # a game of roles (ManyAgents): each role's curve beside the pooled one
+                role = infos["role"][i]
+                self.writer.add_scalar(f"charts/episodic_return/{role}", infos["episode"]["r"][i], global_step)
+                self.role_returns.setdefault(role, deque(maxlen=20)).append(infos["episode"]["r"][i])
 
     def end_iteration(self, iteration, global_step, charts, losses):
         """Keep this iteration's state, log, show progress, and checkpoint when it is time (or a signal came)."""
@@ -1379,7 +1423,8 @@ class Run:
         if now - self.last_print < (0.2 if interactive else 30.0) and not final:
             return
         self.last_print, bar = now, "#" * int(30 * global_step / total)
-        mean = f"{np.mean(returns):.1f} (last {len(returns)})" if returns else "- (no episode yet)"
+        by_role = "".join(f", {role} {np.mean(r):.1f}" for role, r in self.role_returns.items())  # a game of roles
+        mean = f"{np.mean(returns):.1f} (last {len(returns)}{by_role})" if returns else "- (no episode yet)"
         line = f"[{bar:.<30}] {global_step:,}/{total:,} steps | {sps:,} SPS | return {mean}"
         try:
             print(f"\r{line}" if interactive else line, end="\n" if final or not interactive else "", flush=True)
@@ -1451,7 +1496,9 @@ def evaluate(args, checkpoint):
     restore(checkpoint, {"model": agent, "obs_rms": obs_rms}, args.env_id)  # continuous detail 6: statistics frozen
     action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
     episodic_returns, episode_return, episode_length = [], 0.0, 0
-    next_obs, _ = envs.reset(seed=args.seed)
+    next_obs, infos = envs.reset(seed=args.seed)
+    roles = {role: infos["role"] == role for role in dict.fromkeys(infos["role"])} if "role" in infos else {}
+    role_returns, role_return = {role: [] for role in roles}, dict.fromkeys(roles, 0.0)  # each role's agents' mean
     memory_state = agent.initial_state(columns)  # the memory's, carried through each episode
     while len(episodic_returns) < args.eval_episodes:
         obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, args, update=False, floats=floats)[None])
@@ -1460,14 +1507,19 @@ def evaluate(args, checkpoint):
             action = agent.policy(hidden, deterministic=not args.eval_sample)[0]  # deterministic: the mean
         next_obs, reward, terminated, truncated, infos = envs.step(np.clip(action.numpy(), action_low, action_high))
         episode_return, episode_length = episode_return + float(reward.mean()), episode_length + 1
+        role_return = {role: role_return[role] + float(reward[playing].mean()) for role, playing in roles.items()}
         ended = engine_resets(np.logical_or(terminated, truncated), infos).all()  # every agent has left
         if ended or episode_length == args.eval_max_steps:
             episodic_returns.append(episode_return)
             video = f", {video_folder}/rl-video-episode-{len(episodic_returns) - 1}.mp4" if args.capture_video else ""
             cut = "" if ended else f" (cut at --eval-max-steps {args.eval_max_steps})"
-            print(f"episode {len(episodic_returns)}: return {episode_return:.2f}, {episode_length} steps{cut}{video}",
-                  flush=True)
+            by_role = "".join(f", {role} {role_return[role]:.2f}" for role in roles)
+            print(f"episode {len(episodic_returns)}: return {episode_return:.2f}{by_role}, {episode_length} steps"
+                  f"{cut}{video}", flush=True)
             episode_return, episode_length = 0.0, 0
+            for role in roles:
+                role_returns[role].append(role_return[role])
+                role_return[role] = 0.0
             if len(episodic_returns) < args.eval_episodes:  # the next episode starts at once, whatever the autoreset
                 next_obs, _ = envs.reset()
                 memory_state = agent.initial_state(columns)
@@ -1475,6 +1527,8 @@ def evaluate(args, checkpoint):
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over "
           f"{args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "
           f"{'actions sampled from the policy' if args.eval_sample else 'deterministic policy'}")
+    for role, returns in role_returns.items():  # a game of roles: each role's agents' mean return
+        print(f"  {role}: mean return {np.mean(returns):.2f} ± {np.std(returns):.2f}")
     return episodic_returns
 
 

@@ -983,8 +983,6 @@ class ManyAgents(gym.vector.VectorEnv):
     from a Dict observation's "action_mask" or the agent's info; --agent-id puts a one-hot of the agent's index beside
     its observation."""
 
-    mask_source = "each agent's 'action_mask' entry"
-
     def __init__(self, args, games, video_folder=None, film_first=None):
         self.games = [make_game(args, render=args.capture_video and g == 0) for g in range(games)]
         game = self.games[0]
@@ -998,6 +996,7 @@ class ManyAgents(gym.vector.VectorEnv):
         self.single_action_space = one_space(actions)
         self.own = [own_actions(action, self.single_action_space) for action in actions] if len(
             {str(action) for action in actions}) > 1 else None  # agents' actions differ: each its own, masked in
+        self.mask_source = "each agent's 'action_mask' entry" + (", and its own actions" if self.own else "")
         if self.own and not args.action_mask:
             raise ValueError(f"its agents' actions differ ({', '.join(sorted({str(a) for a in actions}))}): each "
                              "agent's own are masked in, which --no-action-mask turns off")

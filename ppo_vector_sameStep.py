@@ -955,6 +955,30 @@ def make_game(args, render=False):
     return parallel_games(args.env_id).parallel_env(**kwargs, **json.loads(args.env_kwargs))
 
 
+def one_space(spaces):
+    """One action space for a game's agents: theirs, or where they differ (roles: speaker and listener), as Terry et al.
+    (2020) share one network across them: Discrete and MultiDiscrete actions padded to the most values in each part
+    (an agent's own masked in: own_actions; its observation is padded with zeros). Other differences: ValueError."""
+    if len({str(space) for space in spaces}) == 1:
+        return spaces[0]
+    if all(isinstance(space, gym.spaces.Discrete) and space.start == 0 for space in spaces):
+        return gym.spaces.Discrete(max(int(space.n) for space in spaces))
+    if all(isinstance(space, gym.spaces.MultiDiscrete) and space.shape == spaces[0].shape for space in spaces):
+        return gym.spaces.MultiDiscrete(np.max([space.nvec for space in spaces], axis=0))
+    raise ValueError(f"its agents' spaces differ ({', '.join(sorted({str(space) for space in spaces}))}); one policy "
+                     "pads Discrete or MultiDiscrete actions of as many parts, no others")
+
+
+def own_actions(space, padded):
+    """An agent's own actions among the padded space's (one_space): a mask, as action_mask() reads one."""
+    return np.concatenate([np.arange(size) < n for n, size in zip(action_parts(space), action_parts(padded))])
+
+
+def pad(x, size):
+    """x followed by zeros, to `size` entries."""
+    return np.concatenate([x, np.zeros(size - len(x), x.dtype)])
+
+
 def columns(args):
     """The rollout's columns: one per sub-env, or with PettingZoo's games one per agent of each (the game made once)."""
     module = parallel_games(args.env_id)
@@ -977,26 +1001,29 @@ class ManyAgents(gym.vector.VectorEnv):
     info; --agent-id puts a one-hot of the agent's index before the observation (flattened: the Dict flattening of the
     other scripts, in key order)."""
 
-    mask_source = "each agent's 'action_mask' entry"
-
     def __init__(self, args, games, video_folder=None, film_first=None):
         self.games = [make_game(args, render=args.capture_video and g == 0) for g in range(games)]
         game = self.games[0]
         self.agents = list(game.possible_agents)
-        spaces = {(str(game.observation_space(agent)), str(game.action_space(agent))) for agent in self.agents}
-        if len(spaces) > 1:
-            raise ValueError(f"its agents' spaces differ ({', '.join(sorted(map(str, spaces)))}); one policy needs one "
-                             "observation and one action space (pad them to one in a wrapper)")
-        space = game.observation_space(self.agents[0])
-        self.masked = isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces
-        self.space = space["observation"] if self.masked else space  # flattened here (SAME_STEP: no vector wrapper)
+        spaces = [game.observation_space(agent) for agent in self.agents]
+        self.masked = all(isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces for space in spaces)
+        self.spaces = [space["observation"] if self.masked else space for space in spaces]  # each flattened here
+        actions = [game.action_space(agent) for agent in self.agents]
+        self.single_action_space = one_space(actions)
+        self.own = [own_actions(action, self.single_action_space) for action in actions] if len(
+            {str(action) for action in actions}) > 1 else None  # agents' actions differ: each its own, masked in
+        self.mask_source = "each agent's 'action_mask' entry" + (", and its own actions" if self.own else "")
+        if self.own and not args.action_mask:
+            raise ValueError(f"its agents' actions differ ({', '.join(sorted({str(a) for a in actions}))}): each "
+                             "agent's own are masked in, which --no-action-mask turns off")
+        roles = [agent.rsplit("_", 1)[0] for agent in self.agents]  # a role: the name up to its last "_"
+        self.roles = np.array(roles * games) if len(set(roles)) > 1 else None  # infos["role"]: a curve per role
         if args.capture_video and video_folder is not None:  # game 0 filmed as env 0 is, an episode a game
             self.games[0] = filmed(OneGame(game), video_folder, film_first)
         self.ids = np.eye(len(self.agents), dtype=np.float32)[:, : len(self.agents) if args.agent_id else 0]
-        size = gym.spaces.flatdim(self.space) + self.ids.shape[1]
+        size = max(gym.spaces.flatdim(space) for space in self.spaces) + self.ids.shape[1]  # the largest, padded to
         self.num_envs = games * len(self.agents)
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (size,))
-        self.single_action_space = game.action_space(self.agents[0])
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
@@ -1019,10 +1046,14 @@ class ManyAgents(gym.vector.VectorEnv):
 
     def observe(self, column, observation, info):
         """An agent's first observation (its episode starts) or its next one, and its mask."""
-        self.masks[column] = observation["action_mask"] if self.masked else info.get("action_mask")
+        mask = observation["action_mask"] if self.masked else info.get("action_mask")
         observation = observation["observation"] if self.masked else observation
-        agent_id = self.ids[column % len(self.agents)]
-        self.obs[column] = np.concatenate([agent_id, gym.spaces.flatten(self.space, observation)])
+        i = column % len(self.agents)
+        flat = np.concatenate([self.ids[i], gym.spaces.flatten(self.spaces[i], observation)])
+        self.obs[column] = pad(flat, self.obs.shape[1])  # zeros after a smaller observation (agents' spaces differ)
+        if self.own is not None:  # of the padded actions, the agent's own (and of those, the ones its game allows)
+            mask = self.own[i] if mask is None else self.own[i] & pad(np.asarray(mask, bool), len(self.own[i]))
+        self.masks[column] = mask
         if self.left[column]:
             self.left[column], self.returns[column], self.lengths[column] = False, 0.0, 0
 
@@ -1050,6 +1081,7 @@ class ManyAgents(gym.vector.VectorEnv):
                 self.start(g, None)
         if final_info:
             infos.update(final_obs=final_obs, _final_obs=terminated | truncated, final_info=final_info)
+            final_info.update({"role": self.roles} if self.roles is not None else {})  # a curve per role
         return self.obs.copy(), rewards, terminated, truncated, self.infos(infos)
 
     def add(self, infos, key, column, episode_return, length):
@@ -1060,6 +1092,8 @@ class ManyAgents(gym.vector.VectorEnv):
 
     def infos(self, infos):
         infos["left"] = self.left.copy()
+        if self.roles is not None:
+            infos["role"] = self.roles
         given = [mask for mask in self.masks if mask is not None]
         if given:
             infos["action_mask"] = np.stack([np.ones_like(given[0]) if mask is None or self.left[c] else mask
@@ -1481,6 +1515,7 @@ class Run:
                 fail(f"{self.checkpoint_path} is at step {newer}, not at the step {self.global_step} of {args.resume}: "
                      f"resume {self.checkpoint_path}, or give {args.resume} a folder of its own")
         self.last_complete, self.recent_returns, self.stop_signal, self.last_print = None, deque(maxlen=20), [], 0.0
+        self.role_returns = {}  # a game of roles: each role's last 20 returns
         self.training = False  # until guard(): a stop ends the start (on_signal)
         self.pid = os.getpid()  # the main process (its workers are forked from it)
         self.handlers = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}  # guard() restores them
@@ -1569,7 +1604,12 @@ class Run:
             for i in np.flatnonzero(infos["_" + key]) if key in infos else []:
                 self.writer.add_scalar(f"{chart}_return", infos[key]["r"][i], global_step)
                 self.writer.add_scalar(f"{chart}_length", infos[key]["l"][i], global_step)
-        self.recent_returns.extend(infos["episode"]["r"][infos["_episode"]].tolist() if "episode" in infos else [])
+        for i in np.flatnonzero(infos["_episode"]) if "episode" in infos else []:
+            self.recent_returns.append(infos["episode"]["r"][i])
+            if "role" in infos:  # a game of roles (ManyAgents): each role's curve beside the pooled one
+                role = infos["role"][i]
+                self.writer.add_scalar(f"charts/episodic_return/{role}", infos["episode"]["r"][i], global_step)
+                self.role_returns.setdefault(role, deque(maxlen=20)).append(infos["episode"]["r"][i])
 
     def end_iteration(self, iteration, global_step, charts, losses):
         """Keep this iteration's state, log, show progress, and checkpoint when it is time (or a signal came)."""
@@ -1599,7 +1639,8 @@ class Run:
         if now - self.last_print < (0.2 if interactive else 30.0) and not final:
             return
         self.last_print, bar = now, "#" * int(30 * global_step / total)
-        mean = f"{np.mean(returns):.1f} (last {len(returns)})" if returns else "- (no episode yet)"
+        by_role = "".join(f", {role} {np.mean(r):.1f}" for role, r in self.role_returns.items())  # a game of roles
+        mean = f"{np.mean(returns):.1f} (last {len(returns)}{by_role})" if returns else "- (no episode yet)"
         line = f"[{bar:.<30}] {global_step:,}/{total:,} steps | {sps:,} SPS | return {mean}"
         try:
             print(f"\r{line}" if interactive else line, end="\n" if final or not interactive else "", flush=True)
@@ -1669,6 +1710,8 @@ def evaluate(args, checkpoint):
     restore(checkpoint, {"model": agent, "obs_rms": obs_rms}, args.env_id)  # continuous detail 6: statistics frozen
     episodic_returns, episode_return, episode_length = [], 0.0, 0
     next_obs, infos = envs.reset(seed=args.seed)
+    roles = {role: infos["role"] == role for role in dict.fromkeys(infos["role"])} if "role" in infos else {}
+    role_returns, role_return = {role: [] for role in roles}, dict.fromkeys(roles, 0.0)  # each role's agents' mean
     memory_state, space = agent.initial_state(columns), envs.single_action_space  # the memory's, through each episode
     while len(episodic_returns) < args.eval_episodes:
         obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, args, update=False, floats=floats)[None])
@@ -1681,14 +1724,19 @@ def evaluate(args, checkpoint):
         action = env_actions(envs, action) if agent.discrete else np.clip(action, space.low, space.high)
         next_obs, reward, terminated, truncated, infos = envs.step(action)
         episode_return, episode_length = episode_return + float(reward.mean()), episode_length + 1
+        role_return = {role: role_return[role] + float(reward[playing].mean()) for role, playing in roles.items()}
         ended = engine_resets(np.logical_or(terminated, truncated), infos).all()  # every agent has left
         if ended or episode_length == args.eval_max_steps:
             episodic_returns.append(episode_return)
             video = f", {video_folder}/rl-video-episode-{len(episodic_returns) - 1}.mp4" if args.capture_video else ""
             cut = "" if ended else f" (cut at --eval-max-steps {args.eval_max_steps})"
-            print(f"episode {len(episodic_returns)}: return {episode_return:.2f}, {episode_length} steps{cut}{video}",
-                  flush=True)
+            by_role = "".join(f", {role} {role_return[role]:.2f}" for role in roles)
+            print(f"episode {len(episodic_returns)}: return {episode_return:.2f}{by_role}, {episode_length} steps"
+                  f"{cut}{video}", flush=True)
             episode_return, episode_length = 0.0, 0
+            for role in roles:
+                role_returns[role].append(role_return[role])
+                role_return[role] = 0.0
             memory_state = agent.initial_state(columns)  # the next episode's memory starts from zeros
             if not ended:  # a cut episode; one that ended was reset in the same step
                 next_obs, infos = envs.reset()
@@ -1696,6 +1744,8 @@ def evaluate(args, checkpoint):
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over "
           f"{args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "
           f"{'actions sampled from the policy' if args.eval_sample else 'deterministic policy'}")
+    for role, returns in role_returns.items():  # a game of roles: each role's agents' mean return
+        print(f"  {role}: mean return {np.mean(returns):.2f} ± {np.std(returns):.2f}")
     return episodic_returns
 
 

@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 import pytest
+import torch
 from conftest import run_main, scalars
 
 import ppo_continuous
@@ -113,9 +114,45 @@ class Picky(Relay):
 
 
 class Mixed(Relay):
+    """One agent's actions a Box, the other's Discrete: no one space pads both."""
+
     def action_space(self, agent):
-        return gym.spaces.Box(-1, 1, (1 if agent == "runner_0" else 2,)) if self.box else gym.spaces.Discrete(
-            2 if agent == "runner_0" else 3)
+        return gym.spaces.Box(-1, 1, (1,)) if agent == "runner_0" else gym.spaces.Discrete(2)
+
+
+class Roles(Relay):
+    """hunter_0 and hunter_1 (observations of 2 numbers, Discrete(2) actions or a Box of 1) and prey_0 (1 number,
+    Discrete(3) or a Box of 2) for `long` steps: a hunter is paid 1 a step, the prey -1 unless it takes action 2 (a Box:
+    its second number above 0). The game raises on an action that is not the agent's own."""
+
+    def __init__(self, long=5, box=False, render_mode=None):
+        self.possible_agents, self.short, self.long, self.box = ["hunter_0", "hunter_1", "prey_0"], 0, long, box
+
+    def own(self, agent):
+        return 1 + (agent == "prey_0")
+
+    def observation_space(self, agent):
+        return gym.spaces.Box(0, 100, (3 - self.own(agent),), np.float32)
+
+    def action_space(self, agent):
+        size = self.own(agent)
+        return gym.spaces.Box(-1, 1, (size,), np.float32) if self.box else gym.spaces.Discrete(size + 1)
+
+    def reset(self, seed=None, options=None):
+        self.t, self.agents = 0, list(self.possible_agents)
+        return {a: np.zeros(3 - self.own(a), np.float32) for a in self.agents}, {a: {} for a in self.agents}
+
+    def step(self, actions):
+        for agent, action in actions.items():
+            if self.box and np.shape(action) != (self.own(agent),) or not self.box and not 0 <= action <= self.own(agent):
+                raise ValueError(f"{agent} was given {action}")
+        self.t += 1
+        escaped = actions["prey_0"][1] > 0 if self.box else actions["prey_0"] == 2
+        rewards = {a: 1.0 if a != "prey_0" else -1.0 * (not escaped) for a in actions}
+        ends = {a: self.t == self.long for a in actions}
+        self.agents = [] if self.t == self.long else self.agents
+        return ({a: np.full(3 - self.own(a), self.t, np.float32) for a in actions}, rewards, ends,
+                {a: False for a in actions}, {a: {} for a in actions})
 '''
 
 
@@ -123,7 +160,7 @@ class Mixed(Relay):
 def games(tmp_path, monkeypatch):
     """Modules relay, twins, mixed (parallel_env() each) and aec_only (env() only) on the path; runs land in tmp."""
     for name, kind in (("relay", "Relay"), ("twins", "Twins"), ("mixed", "Mixed"), ("late", "Late"),
-                       ("picky", "Picky")):
+                       ("picky", "Picky"), ("roles", "Roles")):
         (tmp_path / f"{name}.py").write_text(f"{GAMES}\n\ndef parallel_env(**kwargs):\n    return {kind}(**kwargs)\n")
     (tmp_path / "aec_only.py").write_text("class Game:\n    metadata = {'is_parallelizable': True}\n\n\n"
                                           "def env():\n    return Game()\n")
@@ -231,7 +268,7 @@ def test_capture_video_films_the_first_game_in_training_and_every_evaluated_game
 
 @pytest.mark.parametrize("env_id, said", [
     ("aec_only", "aec_only has no parallel_env(): for an AEC env, write a module whose parallel_env() returns"),
-    ("mixed", "its agents' spaces differ"),
+    ("mixed", "its agents' spaces differ (Box(-1.0, 1.0, (1,), float32), Discrete(2)); one policy pads"),
     ("turns", "turns is a turn-based game (PettingZoo's AEC API: one agent acts at a time); these scripts train"),
 ])
 @pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
@@ -282,6 +319,40 @@ def test_masks_a_game_gives_in_its_agents_infos_hold(ppo, games, monkeypatch):
     flags = ["--env-id", "picky", "--num-envs", "2", "--num-steps", "16", "--num-minibatches", "2",
              "--total-timesteps", "128"]
     assert run_main(ppo, flags, monkeypatch) == 0  # the game raises on a masked action
+
+
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_agents_of_different_spaces_and_roles_share_one_network_with_a_curve_per_role(ppo, games, monkeypatch, capsys):
+    """Hunters and a prey of different spaces: each acts only in its own actions (the game raises otherwise), each
+    role's returns are logged (hunters 5 a game; the prey at most 0) and evaluated beside the pooled ones."""
+    flags = ["--env-id", "roles", "--env-kwargs", kwargs(ppo), "--num-envs", "2",
+             "--num-steps", "16", "--num-minibatches", "2", "--total-timesteps", "192"]
+    assert run_main(ppo, flags, monkeypatch) == 0
+    logged = scalars(glob.glob("runs/*")[0])
+    hunters, prey = ([value for _, value in logged[f"charts/episodic_return/{role}"]] for role in ("hunter", "prey"))
+    assert hunters == [5.0] * 2 * len(prey) and max(prey) <= 0 and len(logged["charts/episodic_return"]) == 3 * len(prey)
+    assert "(last 20, hunter 5.0, prey " in capsys.readouterr().out
+    checkpoint = glob.glob("runs/*/checkpoint.pt")[0]
+    assert run_main(ppo, ["--eval-checkpoint", checkpoint, "--env-id", "roles", "--env-kwargs", kwargs(ppo),
+                          "--eval-episodes", "2"], monkeypatch) == 0
+    said = capsys.readouterr().out
+    assert ", hunter 5.00, prey " in said and "  hunter: mean return 5.00 ± 0.00" in said and "  prey: mean" in said
+
+
+def test_only_an_agents_own_action_dimensions_count_in_its_log_probability_and_entropy(games):
+    """ppo_continuous.py, hunters of 1 dimension and a prey of 2: a hunter's padded dimension changes nothing."""
+    envs = ppo_continuous.make_envs(ppo_continuous.Args(env_id="roles", env_kwargs='{"box": true}'), 1, None, 1)
+    obs, infos = envs.reset(seed=1)
+    agent = ppo_continuous.Agent(envs, ppo_continuous.Args())
+    dims = torch.from_numpy(ppo_continuous.action_dims(infos, (3, 2)))
+    assert dims.tolist() == [[1, 0], [1, 0], [1, 1]]
+    hidden = agent.encode(torch.from_numpy(obs))
+    action = torch.zeros(3, 2)
+    _, logprob, entropy = agent.policy(hidden, action, dims=dims)
+    _, moved, _ = agent.policy(hidden, action + torch.tensor([0.0, 3.0]), dims=dims)
+    assert moved[:2].tolist() == logprob[:2].tolist() and moved[2] != logprob[2]
+    assert entropy[:2].tolist() == pytest.approx([entropy[2].item() / 2] * 2)
+    envs.close()
 
 
 @pytest.mark.skipif(not importlib.util.find_spec("mpe2"), reason="needs mpe2 (pip install mpe2==1.1.1)")
