@@ -265,8 +265,7 @@ class Agent(nn.Module):
         std = log_std.exp()
         if action is None:
             action = mean if deterministic else mean + std * torch.randn_like(mean)
-        # continuous detail 3: independent dimensions, so log-probabilities and entropies are summed over dimensions
-        # (dims: 1 for a dimension the row's agent has, 0 for padding, where many agents' actions differ in size)
+        # continuous detail 3: independent dimensions, log-probabilities and entropies summed (dims 0: agents' padding)
         log_density = -0.5 * ((action - mean) / std) ** 2 - log_std - 0.5 * math.log(2 * math.pi)
         entropy = log_std + 0.5 * (1.0 + math.log(2 * math.pi))
         return action, (log_density * dims).sum(-1), (entropy * dims).sum(-1)
@@ -964,6 +963,40 @@ class ManyAgents(gym.vector.VectorEnv):
             game.close()
 
 
+class RoleReturns:
+    """Each role's returns where a game has more than one (ManyAgents' info "role"; a role: an agent's name up to its
+    last "_", adversary_0's adversary), beside the pooled ones: in training each role's curve,
+    charts/episodic_return/<role>, and its last 20 episodes on the progress line; in evaluation each role's agents' mean
+    return an episode. Nothing for any other env."""
+
+    def __init__(self):
+        self.last_20, self.episodes = {}, {}  # training's; evaluation's (each role's, the last entry: this episode)
+
+    def log(self, writer, infos, global_step):
+        for i in np.flatnonzero(infos["_episode"]) if "role" in infos and "episode" in infos else []:
+            role, episode_return = infos["role"][i], infos["episode"]["r"][i]
+            writer.add_scalar(f"charts/episodic_return/{role}", episode_return, global_step)
+            self.last_20.setdefault(role, deque(maxlen=20)).append(episode_return)
+
+    def recent(self):
+        return "".join(f", {role} {np.mean(returns):.1f}" for role, returns in self.last_20.items())
+
+    def add(self, infos, reward):
+        for role in dict.fromkeys(infos.get("role", [])):
+            returns = self.episodes.setdefault(role, [0.0])
+            returns[-1] += float(reward[infos["role"] == role].mean())
+
+    def episode_end(self):
+        said = "".join(f", {role} {returns[-1]:.2f}" for role, returns in self.episodes.items())
+        for returns in self.episodes.values():
+            returns.append(0.0)
+        return said
+
+    def summary(self):
+        for role, returns in self.episodes.items():
+            print(f"  {role}: mean return {np.mean(returns[:-1]):.2f} ± {np.std(returns[:-1]):.2f}")
+
+
 class OneGame(gym.Env):
     """One PettingZoo game as a gymnasium env (its dicts of actions, rewards and ends as they are), to be filmed."""
 
@@ -1302,7 +1335,7 @@ class Run:
                 fail(f"{self.checkpoint_path} is at step {newer}, not at the step {self.global_step} of {args.resume}: "
                      f"resume {self.checkpoint_path}, or give {args.resume} a folder of its own")
         self.last_complete, self.recent_returns, self.stop_signal, self.last_print = None, deque(maxlen=20), [], 0.0
-        self.role_returns = {}  # a game of roles: each role's last 20 returns
+        self.roles = RoleReturns()
         self.training = False  # until guard(): a stop ends the start (on_signal)
         self.handlers = {sig: signal.signal(sig, self.on_signal) for sig in STOP_SIGNALS}  # guard() restores them
 
@@ -1388,12 +1421,8 @@ class Run:
             for i in np.flatnonzero(infos["_" + key]) if key in infos else []:
                 self.writer.add_scalar(f"{chart}_return", infos[key]["r"][i], global_step)
                 self.writer.add_scalar(f"{chart}_length", infos[key]["l"][i], global_step)
-        for i in np.flatnonzero(infos["_episode"]) if "episode" in infos else []:
-            self.recent_returns.append(infos["episode"]["r"][i])
-            if "role" in infos:  # a game of roles (ManyAgents): each role's curve beside the pooled one
-                role = infos["role"][i]
-                self.writer.add_scalar(f"charts/episodic_return/{role}", infos["episode"]["r"][i], global_step)
-                self.role_returns.setdefault(role, deque(maxlen=20)).append(infos["episode"]["r"][i])
+        self.recent_returns.extend(infos["episode"]["r"][infos["_episode"]].tolist() if "episode" in infos else [])
+        self.roles.log(self.writer, infos, global_step)  # (Capabilities) a game of roles: a curve per role
 
     def end_iteration(self, iteration, global_step, charts, losses):
         """Keep this iteration's state, log, show progress, and checkpoint when it is time (or a signal came)."""
@@ -1423,8 +1452,7 @@ class Run:
         if now - self.last_print < (0.2 if interactive else 30.0) and not final:
             return
         self.last_print, bar = now, "#" * int(30 * global_step / total)
-        by_role = "".join(f", {role} {np.mean(r):.1f}" for role, r in self.role_returns.items())  # a game of roles
-        mean = f"{np.mean(returns):.1f} (last {len(returns)}{by_role})" if returns else "- (no episode yet)"
+        mean = f"{np.mean(returns):.1f} (last {len(returns)}{self.roles.recent()})" if returns else "- (no episode yet)"
         line = f"[{bar:.<30}] {global_step:,}/{total:,} steps | {sps:,} SPS | return {mean}"
         try:
             print(f"\r{line}" if interactive else line, end="\n" if final or not interactive else "", flush=True)
@@ -1496,9 +1524,8 @@ def evaluate(args, checkpoint):
     restore(checkpoint, {"model": agent, "obs_rms": obs_rms}, args.env_id)  # continuous detail 6: statistics frozen
     action_low, action_high = envs.single_action_space.low, envs.single_action_space.high
     episodic_returns, episode_return, episode_length = [], 0.0, 0
-    next_obs, infos = envs.reset(seed=args.seed)
-    roles = {role: infos["role"] == role for role in dict.fromkeys(infos["role"])} if "role" in infos else {}
-    role_returns, role_return = {role: [] for role in roles}, dict.fromkeys(roles, 0.0)  # each role's agents' mean
+    next_obs, _ = envs.reset(seed=args.seed)
+    roles = RoleReturns()  # (Capabilities) a game of roles: each role's mean return too
     memory_state = agent.initial_state(columns)  # the memory's, carried through each episode
     while len(episodic_returns) < args.eval_episodes:
         obs = torch.from_numpy(normalize_obs(next_obs, obs_rms, args, update=False, floats=floats)[None])
@@ -1507,19 +1534,15 @@ def evaluate(args, checkpoint):
             action = agent.policy(hidden, deterministic=not args.eval_sample)[0]  # deterministic: the mean
         next_obs, reward, terminated, truncated, infos = envs.step(np.clip(action.numpy(), action_low, action_high))
         episode_return, episode_length = episode_return + float(reward.mean()), episode_length + 1
-        role_return = {role: role_return[role] + float(reward[playing].mean()) for role, playing in roles.items()}
+        roles.add(infos, reward)
         ended = engine_resets(np.logical_or(terminated, truncated), infos).all()  # every agent has left
         if ended or episode_length == args.eval_max_steps:
             episodic_returns.append(episode_return)
             video = f", {video_folder}/rl-video-episode-{len(episodic_returns) - 1}.mp4" if args.capture_video else ""
             cut = "" if ended else f" (cut at --eval-max-steps {args.eval_max_steps})"
-            by_role = "".join(f", {role} {role_return[role]:.2f}" for role in roles)
-            print(f"episode {len(episodic_returns)}: return {episode_return:.2f}{by_role}, {episode_length} steps"
-                  f"{cut}{video}", flush=True)
+            print(f"episode {len(episodic_returns)}: return {episode_return:.2f}{roles.episode_end()}, "
+                  f"{episode_length} steps{cut}{video}", flush=True)
             episode_return, episode_length = 0.0, 0
-            for role in roles:
-                role_returns[role].append(role_return[role])
-                role_return[role] = 0.0
             if len(episodic_returns) < args.eval_episodes:  # the next episode starts at once, whatever the autoreset
                 next_obs, _ = envs.reset()
                 memory_state = agent.initial_state(columns)
@@ -1527,8 +1550,7 @@ def evaluate(args, checkpoint):
     print(f"{args.env_id}: mean return {np.mean(episodic_returns):.2f} ± {np.std(episodic_returns):.2f} over "
           f"{args.eval_episodes} episodes (step {checkpoint['global_step']:,}), "
           f"{'actions sampled from the policy' if args.eval_sample else 'deterministic policy'}")
-    for role, returns in role_returns.items():  # a game of roles: each role's agents' mean return
-        print(f"  {role}: mean return {np.mean(returns):.2f} ± {np.std(returns):.2f}")
+    roles.summary()
     return episodic_returns
 
 
