@@ -144,6 +144,8 @@ class Args:
     as the weights of the epoch's start compute it, no gradient through it (faster); 0: each sub-env's whole rollout"""
     agent_id: bool = True
     """with many agents (PettingZoo), if toggled, each agent sees its id (one-hot) beside its observation"""
+    central_value: bool = False
+    """with many agents, if toggled, the critic reads the game's state() too (MAPPO), the actor its observation alone"""
 
     checkpoint_interval: int = 10
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -173,6 +175,8 @@ def check_settings(args):
          f"--sequence-length {args.sequence_length} must divide --num-steps {args.num_steps} (0: whole rollouts)"),
         (kl is None or kl > 0, f"--target-kl must be positive (or left out), got {kl}"),
         (args.hidden_size <= 8192, f"--hidden-size {args.hidden_size} would not fit in memory: at most 8192"),
+        (not args.central_value or parallel_games(args.env_id) and args.recurrent == "none",
+         "--central-value takes a PettingZoo game, without --recurrent (the value alone reads the game's state)"),
     ] if not ok]
 
 
@@ -238,7 +242,8 @@ class Agent(nn.Module):
         # detail 13 / continuous detail 4: separate actor and critic, two tanh layers each; none after a Nature CNN
         hidden_sizes = [] if nature_sized(space) else [args.hidden_size, args.hidden_size]
         self.critic = mlp(features, hidden_sizes, 1, std=1.0)
-        self.actor = mlp(features, hidden_sizes, action_dim, std=0.01)  # the mean of each action dimension
+        self.actor_inputs = actor_inputs(envs, features)  # (Capabilities) the first; --central-value: the critic all
+        self.actor = mlp(self.actor_inputs, hidden_sizes, action_dim, std=0.01)  # the mean of each action dimension
 
     def encode(self, x):
         return x if self.encoder is None else self.encoder(x)
@@ -260,7 +265,7 @@ class Agent(nn.Module):
     def policy(self, hidden, action=None, deterministic=False, dims=1.0):
         """The policy at the actor's features (rollout, loss and evaluation): an action (sampled unless given, or the
         mean), its log-probability, the entropy. Another head, a state-dependent std: a change here and in __init__."""
-        mean = self.actor(hidden)  # continuous detail 1: a normal distribution N(mean(x), std) per action dimension
+        mean = self.actor(hidden[:, : self.actor_inputs])  # continuous detail 1: N(mean(x), std) per action dimension
         log_std = self.actor_logstd.expand_as(mean)
         std = log_std.exp()
         if action is None:
@@ -833,6 +838,24 @@ def one_space(spaces):
                      "pads 1-D Boxes, no others")
 
 
+def central_state(game, observation_space):
+    """The space of what --central-value's critic reads of a game: its state_space (1-D), or where it has none its
+    agents' observations (1-D) side by side."""
+    space = getattr(game, "state_space", None)
+    if space is None and len(observation_space.shape) == 1:
+        space = gym.spaces.Box(-np.inf, np.inf, (len(game.possible_agents) * observation_space.shape[0],), np.float32)
+    if space is None or len(space.shape) != 1:
+        raise ValueError("--central-value reads a state of one dimension (a vector); this game's is "
+                         f"{space.shape if space is not None else 'missing, and its observations are not vectors'}")
+    return gym.spaces.Box(-np.inf, np.inf, space.shape, np.float32)
+
+
+def actor_inputs(envs, features):
+    """How many of each row's features the actor reads: all, or with --central-value the agent's own (ManyAgents puts
+    the game's state last in a row, for the critic alone)."""
+    return getattr(envs.unwrapped, "actor_size", None) or features
+
+
 def pad(x, size):
     """x followed by zeros, to `size` entries."""
     return np.concatenate([x, np.zeros(size - len(x), x.dtype)])
@@ -866,7 +889,7 @@ class ManyAgents(gym.vector.VectorEnv):
 
     def __init__(self, args, games, video_folder=None, film_first=None):
         self.games = [make_game(args, render=args.capture_video and g == 0) for g in range(games)]
-        game = self.games[0]
+        game, self.raw_games = self.games[0], list(self.games)  # raw: game 0 unfilmed (its state())
         self.agents = list(game.possible_agents)
         spaces = [game.observation_space(agent) for agent in self.agents]
         space = one_space(spaces)
@@ -881,8 +904,13 @@ class ManyAgents(gym.vector.VectorEnv):
         if args.capture_video and video_folder is not None:  # game 0 filmed as env 0 is, an episode a game
             self.games[0] = filmed(OneGame(game), video_folder, film_first)
         self.ids = np.eye(len(self.agents), dtype=np.float32) if args.agent_id else None
-        if args.agent_id:
-            space = gym.spaces.Dict({"observation": space, "agent_id": gym.spaces.Box(0, 1, self.ids[0].shape)})
+        entries = {"observation": space, **({"agent_id": gym.spaces.Box(0, 1, self.ids[0].shape)} if args.agent_id
+                                            else {})}
+        self.states = [np.zeros(central_state(game, space).shape, np.float32)] * games if args.central_value else None
+        self.actor_size = sum(map(gym.spaces.flatdim, entries.values())) if args.central_value else None
+        if args.central_value:  # the critic's alone: after the agent's own entries (agent_id, observation) in a row
+            entries["state"] = central_state(game, space)
+        space = gym.spaces.Dict(entries) if len(entries) > 1 else space
         self.num_envs, self.single_observation_space = games * len(self.agents), space
         self.dims = np.stack([np.arange(self.single_action_space.shape[0]) < size for size in self.sizes] * games
                              ) if padded else None
@@ -904,6 +932,7 @@ class ManyAgents(gym.vector.VectorEnv):
             self.left[column] = True  # until its first observation: an agent yet to join waits
             if agent in observations:
                 self.observe(column, observations[agent])
+        self.record_state(g)
 
     def observe(self, column, observation):
         """An agent's first observation (its episode starts) or its next one."""
@@ -933,6 +962,7 @@ class ManyAgents(gym.vector.VectorEnv):
                 if terminated[c] or truncated[c]:
                     self.add(infos, "episode", c, self.returns[c], self.lengths[c])
                     self.left[c] = True
+            self.record_state(g)
             if self.left[playing].all():
                 self.add(infos, "team_episode", g * n, self.returns[playing].sum(), self.lengths[playing].max())
         return self.observations(), rewards, terminated, truncated, self.infos(infos)
@@ -943,9 +973,23 @@ class ManyAgents(gym.vector.VectorEnv):
             infos["_" + key] = np.zeros(self.num_envs, dtype=bool)
         infos[key]["r"][column], infos[key]["l"][column], infos["_" + key][column] = episode_return, length, True
 
+    def record_state(self, g):
+        """--central-value: game g's state() where it has a state_space, else its agents' observations side by side."""
+        if self.states is not None:
+            game, n = self.raw_games[g], len(self.agents)
+            self.states[g] = np.asarray(game.state() if hasattr(game, "state_space") else np.concatenate(
+                self.obs[g * n:(g + 1) * n]), np.float32)
+
     def observations(self):
-        observations = [{"observation": obs, "agent_id": self.ids[c % len(self.agents)]} if self.ids is not None
-                        else obs for c, obs in enumerate(self.obs)]
+        """Each column's: the agent's observation, with its id (--agent-id) and its game's state (--central-value)."""
+        n, observations = len(self.agents), []
+        for c, obs in enumerate(self.obs):
+            entries = {"observation": obs}
+            if self.ids is not None:
+                entries["agent_id"] = self.ids[c % n]
+            if self.states is not None:
+                entries["state"] = self.states[c // n]
+            observations.append(entries if len(entries) > 1 else obs)
         return gym.vector.utils.concatenate(self.single_observation_space, observations,
                                             gym.vector.utils.create_empty_array(self.single_observation_space,
                                                                                 self.num_envs))

@@ -153,6 +153,8 @@ class Args:
     as the weights of the epoch's start compute it, no gradient through it (faster); 0: each sub-env's whole rollout"""
     agent_id: bool = True
     """with many agents (PettingZoo), if toggled, each agent sees its id (one-hot) beside its observation"""
+    central_value: bool = False
+    """with many agents, if toggled, the critic reads the game's state() too (MAPPO), the actor its observation alone"""
 
     checkpoint_interval: int = 10
     """write `runs/<run>/checkpoint.pt` every this many iterations (and always at the end); 0: only at the end"""
@@ -182,6 +184,8 @@ def check_settings(args):
          f"--sequence-length {args.sequence_length} must divide --num-steps {args.num_steps} (0: whole rollouts)"),
         (kl is None or kl > 0, f"--target-kl must be positive (or left out), got {kl}"),
         (args.hidden_size <= 8192, f"--hidden-size {args.hidden_size} would not fit in memory: at most 8192"),
+        (not args.central_value or parallel_games(args.env_id) and args.recurrent == "none",
+         "--central-value takes a PettingZoo game, without --recurrent (the value alone reads the game's state)"),
     ] if not ok]
 
 
@@ -263,7 +267,8 @@ class Agent(nn.Module):
         # detail 13: separate actor and critic, two tanh layers each; none after a Nature CNN (Atari: linear heads)
         hidden_sizes = [] if nature_sized(space) else [args.hidden_size, args.hidden_size]
         self.critic = mlp(features, hidden_sizes, 1, std=1.0)
-        self.actor = mlp(features, hidden_sizes, action_dim, std=0.01)  # logits (categorical) or the mean (Box)
+        self.actor_inputs = actor_inputs(envs, features)  # (Capabilities) the first; --central-value: the critic all
+        self.actor = mlp(self.actor_inputs, hidden_sizes, action_dim, std=0.01)  # logits (categorical) or mean (Box)
 
     def encode(self, x):
         return x if self.encoder is None else self.encoder(x)
@@ -293,7 +298,7 @@ class Agent(nn.Module):
     def policy(self, hidden, action=None, mask=None, deterministic=False):
         """The policy at the actor's features (rollout, loss, evaluation): an action (sampled unless given, or the
         likeliest; categorical: an index into each part), its log-probability and entropy (summed over the parts)."""
-        out = self.actor(hidden)  # the logits (categorical) or the mean (Box)
+        out = self.actor(hidden[:, : self.actor_inputs])  # the logits (categorical) or the mean (Box)
         if self.discrete:
             log_probs = self.log_probs(out, mask)
             if action is None:  # Gumbel-max trick: argmax(log p + Gumbel noise) is a sample of p (evaluation: none)
@@ -974,6 +979,24 @@ def own_actions(space, padded):
     return np.concatenate([np.arange(size) < n for n, size in zip(action_parts(space), action_parts(padded))])
 
 
+def central_state(game, observation_space):
+    """The space of what --central-value's critic reads of a game: its state_space (1-D), or where it has none its
+    agents' observations (1-D) side by side."""
+    space = getattr(game, "state_space", None)
+    if space is None and len(observation_space.shape) == 1:
+        space = gym.spaces.Box(-np.inf, np.inf, (len(game.possible_agents) * observation_space.shape[0],), np.float32)
+    if space is None or len(space.shape) != 1:
+        raise ValueError("--central-value reads a state of one dimension (a vector); this game's is "
+                         f"{space.shape if space is not None else 'missing, and its observations are not vectors'}")
+    return gym.spaces.Box(-np.inf, np.inf, space.shape, np.float32)
+
+
+def actor_inputs(envs, features):
+    """How many of each row's features the actor reads: all, or with --central-value the agent's own (ManyAgents puts
+    the game's state last in a row, for the critic alone)."""
+    return getattr(envs.unwrapped, "actor_size", None) or features
+
+
 def pad(x, size):
     """x followed by zeros, to `size` entries."""
     return np.concatenate([x, np.zeros(size - len(x), x.dtype)])
@@ -1003,7 +1026,7 @@ class ManyAgents(gym.vector.VectorEnv):
 
     def __init__(self, args, games, video_folder=None, film_first=None):
         self.games = [make_game(args, render=args.capture_video and g == 0) for g in range(games)]
-        game = self.games[0]
+        game, self.raw_games = self.games[0], list(self.games)  # raw: game 0 unfilmed (its state())
         self.agents = list(game.possible_agents)
         spaces = [game.observation_space(agent) for agent in self.agents]
         self.masked = all(isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces for space in spaces)
@@ -1022,7 +1045,10 @@ class ManyAgents(gym.vector.VectorEnv):
             self.games[0] = filmed(OneGame(game), video_folder, film_first)
         self.ids = np.eye(len(self.agents), dtype=np.float32)[:, : len(self.agents) if args.agent_id else 0]
         size = max(gym.spaces.flatdim(space) for space in self.spaces) + self.ids.shape[1]  # the largest, padded to
-        self.num_envs = games * len(self.agents)
+        self.actor_size = size if args.central_value else None  # the agent's own; then its game's state, for the critic
+        own = gym.spaces.Box(-np.inf, np.inf, (size - self.ids.shape[1],))  # an agent's observation, padded
+        state_size = central_state(game, own).shape[0] if args.central_value else 0
+        self.num_envs, self.own_size, size = games * len(self.agents), size, size + state_size
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (size,))
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
@@ -1043,6 +1069,7 @@ class ManyAgents(gym.vector.VectorEnv):
             self.left[column] = True  # until its first observation: an agent yet to join waits
             if agent in observations:
                 self.observe(column, observations[agent], infos.get(agent, {}))
+        self.record_state(g)
 
     def observe(self, column, observation, info):
         """An agent's first observation (its episode starts) or its next one, and its mask."""
@@ -1050,7 +1077,7 @@ class ManyAgents(gym.vector.VectorEnv):
         observation = observation["observation"] if self.masked else observation
         i = column % len(self.agents)
         flat = np.concatenate([self.ids[i], gym.spaces.flatten(self.spaces[i], observation)])
-        self.obs[column] = pad(flat, self.obs.shape[1])  # zeros after a smaller observation (agents' spaces differ)
+        self.obs[column, : self.own_size] = pad(flat, self.own_size)  # zeros after a smaller one (spaces that differ)
         if self.own is not None:  # of the padded actions, the agent's own (and of those, the ones its game allows)
             mask = self.own[i] if mask is None else self.own[i] & pad(np.asarray(mask, bool), len(self.own[i]))
         self.masks[column] = mask
@@ -1069,6 +1096,8 @@ class ManyAgents(gym.vector.VectorEnv):
             for agent, c in zip(self.agents, playing):
                 if agent in observations:  # an agent that acted, or one that joins (its row waited)
                     self.observe(c, observations[agent], info.get(agent, {}))
+            self.record_state(g)  # before an ended agent's final observation is kept
+            for agent, c in zip(self.agents, playing):
                 if agent not in acting:
                     continue
                 rewards[c], terminated[c], truncated[c] = reward[agent], terminations[agent], truncations[agent]
@@ -1089,6 +1118,14 @@ class ManyAgents(gym.vector.VectorEnv):
             infos[key] = {"r": np.zeros(self.num_envs), "l": np.zeros(self.num_envs, dtype=np.int64)}
             infos["_" + key] = np.zeros(self.num_envs, dtype=bool)
         infos[key]["r"][column], infos[key]["l"][column], infos["_" + key][column] = episode_return, length, True
+
+    def record_state(self, g):
+        """--central-value: game g's state() where it has a state_space, else its agents' observations side by side,
+        after each of its columns' own entries."""
+        if self.actor_size is not None:
+            game, rows = self.raw_games[g], slice(g * len(self.agents), (g + 1) * len(self.agents))
+            own = self.obs[rows, self.ids.shape[1]: self.own_size].reshape(-1)
+            self.obs[rows, self.own_size:] = np.asarray(game.state() if hasattr(game, "state_space") else own)
 
     def infos(self, infos):
         infos["left"] = self.left.copy()

@@ -120,6 +120,15 @@ class Mixed(Relay):
         return gym.spaces.Box(-1, 1, (1,)) if agent == "runner_0" else gym.spaces.Discrete(2)
 
 
+class Stated(Relay):
+    """The relay with a state() of its own: the step count and 100 more."""
+
+    state_space = gym.spaces.Box(0, 200, (2,), np.float32)
+
+    def state(self):
+        return np.array([self.t, 100 + self.t], np.float32)
+
+
 class Roles(Relay):
     """hunter_0 and hunter_1 (observations of 2 numbers, Discrete(2) actions or a Box of 1) and prey_0 (1 number,
     Discrete(3) or a Box of 2) for `long` steps: a hunter is paid 1 a step, the prey -1 unless it takes action 2 (a Box:
@@ -160,7 +169,7 @@ class Roles(Relay):
 def games(tmp_path, monkeypatch):
     """Modules relay, twins, mixed (parallel_env() each) and aec_only (env() only) on the path; runs land in tmp."""
     for name, kind in (("relay", "Relay"), ("twins", "Twins"), ("mixed", "Mixed"), ("late", "Late"),
-                       ("picky", "Picky"), ("roles", "Roles")):
+                       ("picky", "Picky"), ("roles", "Roles"), ("stated", "Stated")):
         (tmp_path / f"{name}.py").write_text(f"{GAMES}\n\ndef parallel_env(**kwargs):\n    return {kind}(**kwargs)\n")
     (tmp_path / "aec_only.py").write_text("class Game:\n    metadata = {'is_parallelizable': True}\n\n\n"
                                           "def env():\n    return Game()\n")
@@ -337,6 +346,31 @@ def test_agents_of_different_spaces_and_roles_share_one_network_with_a_curve_per
                           "--eval-episodes", "2"], monkeypatch) == 0
     said = capsys.readouterr().out
     assert ", hunter 5.00, prey " in said and "  hunter: mean return 5.00 ± 0.00" in said and "  prey: mean" in said
+
+
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_a_central_value_reads_the_games_state_and_the_actor_the_agents_own_observation_alone(ppo, games, monkeypatch):
+    """--central-value: each agent's row ends with its game's state() (a game without one: its agents' observations
+    side by side), which moves the value and leaves the policy as it was; the run trains and evaluates."""
+    for env_id, state in (("stated", [1, 101]), ("relay", [1, 1])):
+        args = ppo.Args(env_id=env_id, env_kwargs=kwargs(ppo), central_value=True)
+        envs = ppo.make_envs(args, 1, None, 1)
+        envs.reset(seed=1)
+        obs = torch.from_numpy(envs.step(envs.action_space.sample() * 0)[0])  # step 1: both runners at 1
+        agent = ppo.Agent(envs, args)
+        own = agent.actor_inputs
+        assert own == 3 and obs[:, own:].tolist() == [state, state]  # after the id (2) and the observation (1)
+        moved = obs.clone()
+        moved[:, own:] += 5.0
+        assert agent.policy(moved, deterministic=True)[1].tolist() == agent.policy(obs, deterministic=True)[1].tolist()
+        assert (agent.critic(moved) != agent.critic(obs)).all()
+        envs.close()
+    flags = ["--env-id", "stated", "--env-kwargs", kwargs(ppo), "--central-value", "--num-envs", "2",
+             "--num-steps", "16", "--num-minibatches", "2", "--total-timesteps", "64"]
+    assert run_main(ppo, flags, monkeypatch) == 0
+    assert run_main(ppo, ["--eval-checkpoint", glob.glob("runs/*/checkpoint.pt")[0], "--env-id", "stated",
+                          "--env-kwargs", kwargs(ppo), "--eval-episodes", "1"], monkeypatch) == 0
+    assert "--central-value takes a PettingZoo game" in run_main(ppo, ["--central-value"], monkeypatch)
 
 
 def test_only_an_agents_own_action_dimensions_count_in_its_log_probability_and_entropy(games):
