@@ -839,15 +839,13 @@ def one_space(spaces):
 
 
 def central_state(game, observation_space):
-    """The space of what --central-value's critic reads of a game: its state_space (1-D), or where it has none its
-    agents' observations (1-D) side by side."""
-    space = getattr(game, "state_space", None)
-    if space is None and len(observation_space.shape) == 1:
-        space = gym.spaces.Box(-np.inf, np.inf, (len(game.possible_agents) * observation_space.shape[0],), np.float32)
-    if space is None or len(space.shape) != 1:
-        raise ValueError("--central-value reads a state of one dimension (a vector); this game's is "
-                         f"{space.shape if space is not None else 'missing, and its observations are not vectors'}")
-    return gym.spaces.Box(-np.inf, np.inf, space.shape, np.float32)
+    """The space of what --central-value's critic reads of a game: its state_space, or where it has none its agents'
+    observations side by side; vectors only."""
+    shape = game.state_space.shape if hasattr(game, "state_space") else observation_space.shape
+    if len(shape) != 1:
+        raise ValueError(f"--central-value reads a state of one dimension (a vector), not of shape {shape}")
+    size = shape[0] if hasattr(game, "state_space") else len(game.possible_agents) * shape[0]
+    return gym.spaces.Box(-np.inf, np.inf, (size,))
 
 
 def actor_inputs(envs, features):
