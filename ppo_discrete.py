@@ -978,6 +978,20 @@ def actor_inputs(envs, features):
     return getattr(envs.unwrapped, "actor_size", None) or features
 
 
+def small_frames(space):
+    """The observation space of a game's frames larger than 84 x 84 (cooperative_pong's 280 x 480) after Atari's
+    preprocessing, as CleanRL's multi-agent Atari script does it: gray, 84 x 84, the last 4 stacked; None for others."""
+    image = image_shape(space)
+    return gym.spaces.Box(0, 255, (4, 84, 84), np.uint8) if image and min(image[1:]) > 84 else None
+
+
+def shrink(frame):
+    """A frame (height, width, RGB channels last; or gray) in gray at 84 x 84, by area interpolation."""
+    gray = frame[..., :3] @ np.array([0.299, 0.587, 0.114], np.float32) if frame.ndim == 3 else frame
+    small = nn.functional.interpolate(torch.from_numpy(gray.astype(np.float32))[None, None], (84, 84), mode="area")
+    return small[0, 0].round().clamp(0, 255).to(torch.uint8).numpy()
+
+
 def pad(x, size):
     """x followed by zeros, to `size` entries."""
     return np.concatenate([x, np.zeros(size - len(x), x.dtype)])
@@ -1012,6 +1026,8 @@ class ManyAgents(gym.vector.VectorEnv):
         self.masked = all(isinstance(space, gym.spaces.Dict) and "action_mask" in space.spaces for space in spaces)
         spaces = [space["observation"] if self.masked else space for space in spaces]
         space = one_space(spaces)
+        self.frames = small_frames(space)  # large frames: gray, 84 x 84, 4 stacked
+        space = self.frames or space
         self.padded = space.shape[0] if len({str(s) for s in spaces}) > 1 else None  # observations of sizes that differ
         actions = [game.action_space(agent) for agent in self.agents]
         self.single_action_space = one_space(actions)
@@ -1060,6 +1076,9 @@ class ManyAgents(gym.vector.VectorEnv):
         """An agent's first observation (its episode starts) or its next one, and its mask."""
         mask = observation["action_mask"] if self.masked else info.get("action_mask")
         observation = observation["observation"] if self.masked else observation
+        if self.frames is not None:  # the newest frame last; at an agent's first, 4 times
+            frame = shrink(observation)[None]
+            observation = np.repeat(frame, 4, 0) if self.left[column] else np.concatenate([self.obs[column][1:], frame])
         self.obs[column] = observation if self.padded is None else pad(observation, self.padded)
         if self.own is not None:  # of the padded actions, the agent's own (and of those, the ones its game allows)
             own = self.own[column % len(self.agents)]

@@ -995,6 +995,20 @@ def actor_inputs(envs, features):
     return getattr(envs.unwrapped, "actor_size", None) or features
 
 
+def small_frames(space):
+    """The observation space of a game's frames larger than 84 x 84 (cooperative_pong's 280 x 480) after Atari's
+    preprocessing, as CleanRL's multi-agent Atari script does it: gray, 84 x 84, the last 4 stacked; None for others."""
+    image = image_shape(space)
+    return gym.spaces.Box(0, 255, (4, 84, 84), np.uint8) if image and min(image[1:]) > 84 else None
+
+
+def shrink(frame):
+    """A frame (height, width, RGB channels last; or gray) in gray at 84 x 84, by area interpolation."""
+    gray = frame[..., :3] @ np.array([0.299, 0.587, 0.114], np.float32) if frame.ndim == 3 else frame
+    small = nn.functional.interpolate(torch.from_numpy(gray.astype(np.float32))[None, None], (84, 84), mode="area")
+    return small[0, 0].round().clamp(0, 255).to(torch.uint8).numpy()
+
+
 def pad(x, size):
     """x followed by zeros, to `size` entries."""
     return np.concatenate([x, np.zeros(size - len(x), x.dtype)])
@@ -1044,14 +1058,19 @@ class ManyAgents(gym.vector.VectorEnv):
         self.ids = np.eye(len(self.agents), dtype=np.float32)[:, : len(self.agents) if args.agent_id else 0]
         size = max(gym.spaces.flatdim(space) for space in self.spaces) + self.ids.shape[1]  # the largest, padded to
         self.actor_size = size if args.central_value else None  # the agent's own; then its game's state, for the critic
-        own = gym.spaces.Box(-np.inf, np.inf, (size - self.ids.shape[1],))  # an agent's observation, padded
+        self.frames = small_frames(self.spaces[0]) if len({str(space) for space in self.spaces}) == 1 else None
+        own = self.frames or gym.spaces.Box(-np.inf, np.inf, (size - self.ids.shape[1],))  # an agent's, padded
         state_size = central_state(game, own).shape[0] if args.central_value else 0
         self.num_envs, self.own_size, size = games * len(self.agents), size, size + state_size
         self.single_observation_space = gym.spaces.Box(-np.inf, np.inf, (size,))
+        if self.frames is not None:  # large frames stay images (Packed): the id's float32 bytes, then 4 frames' bytes
+            self.single_observation_space = Packed(self.ids.shape[1], [self.frames])
+            size = self.single_observation_space.shape[0]
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
-        self.obs, self.masks = np.zeros((self.num_envs, size), np.float32), [None] * self.num_envs
+        self.obs = np.zeros((self.num_envs, size), np.uint8 if self.frames else np.float32)
+        self.masks = [None] * self.num_envs
         self.left = np.zeros(self.num_envs, dtype=bool)
         self.returns, self.lengths = np.zeros(self.num_envs), np.zeros(self.num_envs, dtype=np.int64)
 
@@ -1074,8 +1093,14 @@ class ManyAgents(gym.vector.VectorEnv):
         mask = observation["action_mask"] if self.masked else info.get("action_mask")
         observation = observation["observation"] if self.masked else observation
         i = column % len(self.agents)
-        flat = np.concatenate([self.ids[i], gym.spaces.flatten(self.spaces[i], observation)])
-        self.obs[column, : self.own_size] = pad(flat, self.own_size)  # zeros after a smaller one (spaces that differ)
+        if self.frames is not None:  # the newest frame last; at an agent's first, 4 times
+            frame, ids = shrink(observation)[None], 4 * self.ids.shape[1]
+            stack = np.repeat(frame, 4, 0) if self.left[column] else np.concatenate(
+                [self.obs[column, ids:].reshape(4, 84, 84)[1:], frame])
+            self.obs[column] = np.concatenate([self.ids[i].view(np.uint8), stack.reshape(-1)])
+        else:
+            flat = np.concatenate([self.ids[i], gym.spaces.flatten(self.spaces[i], observation)])
+            self.obs[column, : self.own_size] = pad(flat, self.own_size)  # zeros after a smaller one (spaces differ)
         if self.own is not None:  # of the padded actions, the agent's own (and of those, the ones its game allows)
             mask = self.own[i] if mask is None else self.own[i] & pad(np.asarray(mask, bool), len(self.own[i]))
         self.masks[column] = mask

@@ -129,6 +129,24 @@ class Stated(Relay):
         return np.array([self.t, 100 + self.t], np.float32)
 
 
+class Screens(Relay):
+    """The relay seen on a screen of 100 x 90 RGB pixels, each the step count times 30."""
+
+    def observation_space(self, agent):
+        return gym.spaces.Box(0, 255, (100, 90, 3), np.uint8)
+
+    def screen(self):
+        return np.full((100, 90, 3), 30 * self.t, np.uint8)
+
+    def reset(self, seed=None, options=None):
+        obs, infos = super().reset(seed)
+        return {a: self.screen() for a in obs}, infos
+
+    def step(self, actions):
+        obs, *rest = super().step(actions)
+        return ({a: self.screen() for a in obs}, *rest)
+
+
 class Roles(Relay):
     """hunter_0 and hunter_1 (observations of 2 numbers, Discrete(2) actions or a Box of 1) and prey_0 (1 number,
     Discrete(3) or a Box of 2) for `long` steps: a hunter is paid 1 a step, the prey -1 unless it takes action 2 (a Box:
@@ -169,7 +187,8 @@ class Roles(Relay):
 def games(tmp_path, monkeypatch):
     """Modules relay, twins, mixed (parallel_env() each) and aec_only (env() only) on the path; runs land in tmp."""
     for name, kind in (("relay", "Relay"), ("twins", "Twins"), ("mixed", "Mixed"), ("late", "Late"),
-                       ("picky", "Picky"), ("roles", "Roles"), ("stated", "Stated")):
+                       ("picky", "Picky"), ("roles", "Roles"), ("stated", "Stated"),
+                       ("screens", "Screens")):
         (tmp_path / f"{name}.py").write_text(f"{GAMES}\n\ndef parallel_env(**kwargs):\n    return {kind}(**kwargs)\n")
     (tmp_path / "aec_only.py").write_text("class Game:\n    metadata = {'is_parallelizable': True}\n\n\n"
                                           "def env():\n    return Game()\n")
@@ -371,6 +390,22 @@ def test_a_central_value_reads_the_games_state_and_the_actor_the_agents_own_obse
     assert run_main(ppo, ["--eval-checkpoint", glob.glob("runs/*/checkpoint.pt")[0], "--env-id", "stated",
                           "--env-kwargs", kwargs(ppo), "--eval-episodes", "1"], monkeypatch) == 0
     assert "--central-value takes a PettingZoo game" in run_main(ppo, ["--central-value"], monkeypatch)
+
+
+@pytest.mark.parametrize("ppo", ALL, ids=lambda module: module.__name__)
+def test_a_games_large_frames_are_gray_84_by_84_the_last_4_stacked_for_a_cnn(ppo, games, monkeypatch):
+    """Atari's preprocessing where a game's frames are larger than 84 x 84: each row, after the agent id (2 float32),
+    holds the 4 last frames in gray at 84 x 84 (at a start, the first 4 times); the run trains a CNN on them."""
+    envs = ppo.make_envs(ppo.Args(env_id="screens", env_kwargs=kwargs(ppo)), 1, None, 1)
+    seen = [envs.reset(seed=1)[0]] + [envs.step(envs.action_space.sample() * 0)[0] for _ in range(2)]
+    assert seen[0].shape == (2, 8 + 4 * 84 * 84) and seen[0].dtype == np.uint8
+    frames = [obs[0, 8:].reshape(4, 84, 84) for obs in seen]  # runner_0's
+    assert [f[:, 40, 40].tolist() for f in frames] == [[0, 0, 0, 0], [0, 0, 0, 30], [0, 0, 30, 60]]
+    assert all((f == f[:, :1, :1]).all() for f in frames)  # each frame uniform, as the screen is
+    envs.close()
+    flags = ["--env-id", "screens", "--env-kwargs", kwargs(ppo), "--num-envs", "1", "--num-steps", "16",
+             "--num-minibatches", "2", "--total-timesteps", "32"]
+    assert run_main(ppo, flags, monkeypatch) == 0
 
 
 def test_only_an_agents_own_action_dimensions_count_in_its_log_probability_and_entropy(games):
