@@ -267,8 +267,8 @@ class Agent(nn.Module):
         # detail 13: separate actor and critic, two tanh layers each; none after a Nature CNN (Atari: linear heads)
         hidden_sizes = [] if nature_sized(space) else [args.hidden_size, args.hidden_size]
         self.critic = mlp(features, hidden_sizes, 1, std=1.0)
-        self.actor_inputs = actor_inputs(envs, features)  # (Capabilities) the first; --central-value: the critic all
-        self.actor = mlp(self.actor_inputs, hidden_sizes, action_dim, std=0.01)  # logits (categorical) or mean (Box)
+        self.actor_inputs = actor_inputs(envs)  # (Capabilities) None: all features; --central-value: the agent's own
+        self.actor = mlp(self.actor_inputs or features, hidden_sizes, action_dim, std=0.01)  # logits, or the mean (Box)
 
     def encode(self, x):
         return x if self.encoder is None else self.encoder(x)
@@ -989,10 +989,10 @@ def central_state(game, observation_space):
     return gym.spaces.Box(-np.inf, np.inf, (size,))
 
 
-def actor_inputs(envs, features):
-    """How many of each row's features the actor reads: all, or with --central-value the agent's own (ManyAgents puts
-    the game's state last in a row, for the critic alone)."""
-    return getattr(envs.unwrapped, "actor_size", None) or features
+def actor_inputs(envs):
+    """How many of each row's features the actor reads: None, all; with --central-value the agent's own, which lead
+    each row (ManyAgents puts the game's state last, for the critic alone)."""
+    return getattr(getattr(envs, "unwrapped", envs), "actor_size", None)  # (a stand-in of envs, in a test: all)
 
 
 def small_frames(space):
