@@ -842,8 +842,9 @@ def central_state(game, observation_space):
     """The space of what --central-value's critic reads of a game: its state_space, or where it has none its agents'
     observations side by side; vectors only."""
     shape = game.state_space.shape if hasattr(game, "state_space") else observation_space.shape
-    if len(shape) != 1:
-        raise ValueError(f"--central-value reads a state of one dimension (a vector), not of shape {shape}")
+    if len(shape) != 1 or len(observation_space.shape) != 1:
+        raise ValueError(f"--central-value takes vectors: a state and observations of one dimension, not of shapes "
+                         f"{shape} and {observation_space.shape}")
     size = shape[0] if hasattr(game, "state_space") else len(game.possible_agents) * shape[0]
     return gym.spaces.Box(-np.inf, np.inf, (size,))
 
@@ -863,6 +864,7 @@ def small_frames(space):
 
 def shrink(frame):
     """A frame (height, width, RGB channels last; or gray) in gray at 84 x 84, by area interpolation."""
+    frame = frame[..., 0] if frame.ndim == 3 and frame.shape[-1] == 1 else frame  # gray already, one channel
     gray = frame[..., :3] @ np.array([0.299, 0.587, 0.114], np.float32) if frame.ndim == 3 else frame
     small = nn.functional.interpolate(torch.from_numpy(gray.astype(np.float32))[None, None], (84, 84), mode="area")
     return small[0, 0].round().clamp(0, 255).to(torch.uint8).numpy()
@@ -943,7 +945,7 @@ class ManyAgents(gym.vector.VectorEnv):
         observations, _ = self.games[g].reset(seed=seed)
         for i, agent in enumerate(self.agents):
             column = g * len(self.agents) + i
-            self.left[column] = True  # until its first observation: an agent yet to join waits
+            self.left[column], self.returns[column], self.lengths[column] = True, 0.0, 0  # waits until it joins
             if agent in observations:
                 self.observe(column, observations[agent])
         self.record_state(g)
